@@ -1,0 +1,220 @@
+/* OpenCL plumbing shared by the op launchers: error names, buffers, reads and
+ * writes, enqueueing, argument checks of the cl_mem entry points, and the
+ * device-check flag word. */
+#include "internal.h"
+
+#if CLVARLEN_HAVE_OPENCL
+
+#include <stdio.h>
+
+const char *cv_cl_error_name(cl_int err)
+{
+    switch (err) {
+#define E(x) \
+    case x: return #x
+        E(CL_SUCCESS);
+        E(CL_DEVICE_NOT_FOUND);
+        E(CL_DEVICE_NOT_AVAILABLE);
+        E(CL_COMPILER_NOT_AVAILABLE);
+        E(CL_MEM_OBJECT_ALLOCATION_FAILURE);
+        E(CL_OUT_OF_RESOURCES);
+        E(CL_OUT_OF_HOST_MEMORY);
+        E(CL_PROFILING_INFO_NOT_AVAILABLE);
+        E(CL_MEM_COPY_OVERLAP);
+        E(CL_IMAGE_FORMAT_MISMATCH);
+        E(CL_IMAGE_FORMAT_NOT_SUPPORTED);
+        E(CL_BUILD_PROGRAM_FAILURE);
+        E(CL_MAP_FAILURE);
+        E(CL_MISALIGNED_SUB_BUFFER_OFFSET);
+        E(CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST);
+        E(CL_INVALID_VALUE);
+        E(CL_INVALID_DEVICE_TYPE);
+        E(CL_INVALID_PLATFORM);
+        E(CL_INVALID_DEVICE);
+        E(CL_INVALID_CONTEXT);
+        E(CL_INVALID_QUEUE_PROPERTIES);
+        E(CL_INVALID_COMMAND_QUEUE);
+        E(CL_INVALID_HOST_PTR);
+        E(CL_INVALID_MEM_OBJECT);
+        E(CL_INVALID_IMAGE_FORMAT_DESCRIPTOR);
+        E(CL_INVALID_IMAGE_SIZE);
+        E(CL_INVALID_SAMPLER);
+        E(CL_INVALID_BINARY);
+        E(CL_INVALID_BUILD_OPTIONS);
+        E(CL_INVALID_PROGRAM);
+        E(CL_INVALID_PROGRAM_EXECUTABLE);
+        E(CL_INVALID_KERNEL_NAME);
+        E(CL_INVALID_KERNEL_DEFINITION);
+        E(CL_INVALID_KERNEL);
+        E(CL_INVALID_ARG_INDEX);
+        E(CL_INVALID_ARG_VALUE);
+        E(CL_INVALID_ARG_SIZE);
+        E(CL_INVALID_KERNEL_ARGS);
+        E(CL_INVALID_WORK_DIMENSION);
+        E(CL_INVALID_WORK_GROUP_SIZE);
+        E(CL_INVALID_WORK_ITEM_SIZE);
+        E(CL_INVALID_GLOBAL_OFFSET);
+        E(CL_INVALID_EVENT_WAIT_LIST);
+        E(CL_INVALID_EVENT);
+        E(CL_INVALID_OPERATION);
+        E(CL_INVALID_GL_OBJECT);
+        E(CL_INVALID_BUFFER_SIZE);
+        E(CL_INVALID_GLOBAL_WORK_SIZE);
+        E(CL_INVALID_PROPERTY);
+#undef E
+    }
+    return "CL_UNKNOWN_ERROR";
+}
+
+clvarlen_status cv_cl_check(clvarlen_context *ctx, cl_int err, const char *what)
+{
+    if (err == CL_SUCCESS)
+        return CLVARLEN_SUCCESS;
+    clvarlen_status st = CLVARLEN_ERROR_OPENCL;
+    if (err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_HOST_MEMORY ||
+        err == CL_INVALID_BUFFER_SIZE)
+        st = CLVARLEN_ERROR_OUT_OF_MEMORY;
+    return cv_error(ctx, st, "%s: %s (%d)", what, cv_cl_error_name(err), (int)err);
+}
+
+clvarlen_status cv_enqueue(clvarlen_context *ctx, cl_kernel kernel, const char *what, cl_uint dims,
+                           const size_t *global, const size_t *local, cl_uint num_events,
+                           const cl_event *wait_list, cl_event *event)
+{
+    size_t g[3];
+    for (cl_uint i = 0; i < dims && i < 3; i++) {
+        g[i] = global[i];
+        if (local && local[i] > 0)
+            g[i] = (g[i] + local[i] - 1) / local[i] * local[i];
+        if (g[i] == 0)
+            return cv_error(ctx, CLVARLEN_ERROR_INTERNAL, "%s: empty NDRange", what);
+    }
+    cl_int err = clEnqueueNDRangeKernel(ctx->queue, kernel, dims, NULL, g, local, num_events,
+                                        num_events ? wait_list : NULL, event);
+    return cv_cl_check(ctx, err, what);
+}
+
+clvarlen_status cv_buffer(clvarlen_context *ctx, size_t bytes, const void *init, cl_mem *mem)
+{
+    *mem = NULL;
+    cl_int err = CL_SUCCESS;
+    size_t alloc = bytes < 16 ? 16 : bytes;
+    /* OpenCL refuses zero-size buffers, and a copy flag with fewer host bytes than the
+     * allocation would over-read: pad, then write the real bytes. */
+    cl_mem m = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, alloc, NULL, &err);
+    if (err != CL_SUCCESS)
+        return cv_cl_check(ctx, err, "clCreateBuffer");
+    if (init && bytes > 0) {
+        err = clEnqueueWriteBuffer(ctx->queue, m, CL_TRUE, 0, bytes, init, 0, NULL, NULL);
+        if (err != CL_SUCCESS) {
+            clReleaseMemObject(m);
+            return cv_cl_check(ctx, err, "clEnqueueWriteBuffer");
+        }
+    }
+    *mem = m;
+    return CLVARLEN_SUCCESS;
+}
+
+clvarlen_status cv_read(clvarlen_context *ctx, cl_mem mem, size_t offset, size_t bytes, void *host,
+                        cl_uint num_events, const cl_event *wait_list)
+{
+    if (bytes == 0) {
+        if (num_events)
+            return cv_cl_check(ctx, clWaitForEvents(num_events, wait_list), "clWaitForEvents");
+        return CLVARLEN_SUCCESS;
+    }
+    return cv_cl_check(ctx,
+                       clEnqueueReadBuffer(ctx->queue, mem, CL_TRUE, offset, bytes, host,
+                                           num_events, num_events ? wait_list : NULL, NULL),
+                       "clEnqueueReadBuffer");
+}
+
+clvarlen_status cv_write(clvarlen_context *ctx, cl_mem mem, size_t offset, size_t bytes,
+                         const void *host)
+{
+    if (bytes == 0)
+        return CLVARLEN_SUCCESS;
+    return cv_cl_check(ctx,
+                       clEnqueueWriteBuffer(ctx->queue, mem, CL_TRUE, offset, bytes, host, 0,
+                                            NULL, NULL),
+                       "clEnqueueWriteBuffer");
+}
+
+void cv_release(cl_mem *mem)
+{
+    if (mem && *mem) {
+        clReleaseMemObject(*mem);
+        *mem = NULL;
+    }
+}
+
+clvarlen_status cv_cl_enter(clvarlen_context *ctx, const char *fn, cl_uint num_events,
+                            const cl_event *wait_list)
+{
+    if (!ctx->has_cl)
+        return cv_error(ctx, CLVARLEN_ERROR_NO_OPENCL,
+                        "%s: the context runs on the CPU fallback; use the host-memory entry point",
+                        fn);
+    if ((num_events > 0) != (wait_list != NULL))
+        return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT,
+                        "%s: num_events is %u but wait_list is %s", fn, (unsigned)num_events,
+                        wait_list ? "set" : "NULL");
+    return CLVARLEN_SUCCESS;
+}
+
+clvarlen_status cv_check_offset(clvarlen_context *ctx, const char *fn, const char *what,
+                                size_t offset, size_t align)
+{
+    if (align > 1 && offset % align != 0)
+        return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT,
+                        "%s: %s offset %zu is not a multiple of its element size %zu", fn, what,
+                        offset, align);
+    return CLVARLEN_SUCCESS;
+}
+
+clvarlen_status cv_check_begin(clvarlen_context *ctx, cl_mem *flag)
+{
+    *flag = NULL;
+    if (!ctx->check_flag) {
+        clvarlen_status st = cv_buffer(ctx, sizeof(cl_int), NULL, &ctx->check_flag);
+        if (st != CLVARLEN_SUCCESS)
+            return st;
+    }
+    cl_int zero = 0;
+    cl_int err = clEnqueueFillBuffer(ctx->queue, ctx->check_flag, &zero, sizeof zero, 0,
+                                     sizeof zero, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+        return cv_cl_check(ctx, err, "clEnqueueFillBuffer(check flag)");
+    *flag = ctx->check_flag;
+    return CLVARLEN_SUCCESS;
+}
+
+clvarlen_status cv_check_end(clvarlen_context *ctx, const char *fn, cl_event after)
+{
+    cl_int flag = 0;
+    clvarlen_status st = cv_read(ctx, ctx->check_flag, 0, sizeof flag, &flag, after ? 1 : 0,
+                                 after ? &after : NULL);
+    if (st != CLVARLEN_SUCCESS)
+        return st;
+    if (flag & CV_CHECK_CU_SEQLENS)
+        return cv_error(ctx, CLVARLEN_ERROR_INVALID_CU_SEQLENS,
+                        "%s: device check: cu_seqlens does not start at 0, decreases, or does not "
+                        "end at the total; nothing was written",
+                        fn);
+    if (flag & CV_CHECK_INDEX)
+        return cv_error(ctx, CLVARLEN_ERROR_INDEX_OUT_OF_RANGE,
+                        "%s: device check: an index is out of range; nothing was written", fn);
+    if (flag & CV_CHECK_CAPACITY)
+        return cv_error(ctx, CLVARLEN_ERROR_BUFFER_TOO_SMALL,
+                        "%s: device check: the result does not fit the given capacity; nothing was "
+                        "written",
+                        fn);
+    if (flag & CV_CHECK_VALUE)
+        return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT,
+                        "%s: device check: an input value is invalid (e.g. a negative length); "
+                        "nothing was written",
+                        fn);
+    return CLVARLEN_SUCCESS;
+}
+
+#endif /* CLVARLEN_HAVE_OPENCL */

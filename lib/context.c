@@ -1,0 +1,442 @@
+/* Options, contexts, error messages and logging. A context owns its CPU pool,
+ * its OpenCL objects (when on a device), its compiled programs and its last
+ * error; nothing is global except the message of calls made without one.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+struct clvarlen_options {
+    char *device;
+    int threads;
+    char *kernel_path;
+    char *cache_dir;
+    clvarlen_log_fn log_fn;
+    void *log_user;
+    clvarlen_log_level log_level;
+    int device_checks;
+};
+
+/* ------------------------------------------------------------ errors and logging */
+
+static _Thread_local char orphan_error[1024];
+
+static void emit_log(clvarlen_context *ctx, clvarlen_log_level level, const char *msg)
+{
+    if (!ctx)
+        return;
+    if (ctx->log_fn && level <= ctx->log_level)
+        ctx->log_fn(level, msg, ctx->log_user);
+    if (ctx->log_stderr && level <= ctx->log_level)
+        fprintf(stderr, "clvarlen: %s\n", msg);
+}
+
+clvarlen_status cv_verror(clvarlen_context *ctx, clvarlen_status st, const char *fmt, va_list ap)
+{
+    if (!ctx) {
+        vsnprintf(orphan_error, sizeof orphan_error, fmt, ap);
+        return st;
+    }
+    va_list ap2;
+    va_copy(ap2, ap);
+    int need = vsnprintf(NULL, 0, fmt, ap2);
+    va_end(ap2);
+    if (need < 0)
+        need = 0;
+    if ((size_t)need + 1 > ctx->error_cap) {
+        char *grown = realloc(ctx->error, (size_t)need + 1);
+        if (grown) {
+            ctx->error = grown;
+            ctx->error_cap = (size_t)need + 1;
+        }
+    }
+    if (ctx->error && ctx->error_cap > 0)
+        vsnprintf(ctx->error, ctx->error_cap, fmt, ap);
+    emit_log(ctx, CLVARLEN_LOG_ERROR, ctx->error ? ctx->error : "");
+    return st;
+}
+
+clvarlen_status cv_error(clvarlen_context *ctx, clvarlen_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    cv_verror(ctx, st, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+void cv_clear_error(clvarlen_context *ctx)
+{
+    if (ctx && ctx->error)
+        ctx->error[0] = '\0';
+    orphan_error[0] = '\0';
+}
+
+void cv_log(clvarlen_context *ctx, clvarlen_log_level level, const char *fmt, ...)
+{
+    if (!ctx || (!ctx->log_fn && !ctx->log_stderr) || level > ctx->log_level)
+        return;
+    char buf[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    emit_log(ctx, level, buf);
+}
+
+const char *clvarlen_last_error(const clvarlen_context *ctx)
+{
+    if (!ctx)
+        return orphan_error;
+    return ctx->error ? ctx->error : "";
+}
+
+/* ------------------------------------------------------------ options */
+
+static clvarlen_status set_string(char **dst, const char *value)
+{
+    char *copy = NULL;
+    if (value) {
+        copy = strdup(value);
+        if (!copy)
+            return CLVARLEN_ERROR_OUT_OF_MEMORY;
+    }
+    free(*dst);
+    *dst = copy;
+    return CLVARLEN_SUCCESS;
+}
+
+clvarlen_status clvarlen_options_create(clvarlen_options **options)
+{
+    if (!options)
+        return cv_error(NULL, CLVARLEN_ERROR_INVALID_ARGUMENT, "clvarlen_options_create: options is NULL");
+    clvarlen_options *o = calloc(1, sizeof *o);
+    if (!o)
+        return cv_error(NULL, CLVARLEN_ERROR_OUT_OF_MEMORY, "clvarlen_options_create: out of memory");
+    o->log_level = CLVARLEN_LOG_ERROR;
+    *options = o;
+    return CLVARLEN_SUCCESS;
+}
+
+void clvarlen_options_destroy(clvarlen_options *o)
+{
+    if (!o)
+        return;
+    free(o->device);
+    free(o->kernel_path);
+    free(o->cache_dir);
+    free(o);
+}
+
+#define OPTIONS_ENTER(o)                                                                       \
+    do {                                                                                       \
+        cv_clear_error(NULL);                                                                  \
+        if (!(o))                                                                              \
+            return cv_error(NULL, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: options is NULL",     \
+                            __func__);                                                         \
+    } while (0)
+
+clvarlen_status clvarlen_options_set_device(clvarlen_options *o, const char *spec)
+{
+    OPTIONS_ENTER(o);
+    if (set_string(&o->device, spec && *spec ? spec : NULL) != CLVARLEN_SUCCESS)
+        return cv_error(NULL, CLVARLEN_ERROR_OUT_OF_MEMORY, "%s: out of memory", __func__);
+    return CLVARLEN_SUCCESS;
+}
+
+clvarlen_status clvarlen_options_set_threads(clvarlen_options *o, int threads)
+{
+    OPTIONS_ENTER(o);
+    if (threads < 0 || threads > 256)
+        return cv_error(NULL, CLVARLEN_ERROR_INVALID_ARGUMENT,
+                        "%s: threads must be 0 (one per core) to 256, got %d", __func__, threads);
+    o->threads = threads;
+    return CLVARLEN_SUCCESS;
+}
+
+clvarlen_status clvarlen_options_set_kernel_path(clvarlen_options *o, const char *path)
+{
+    OPTIONS_ENTER(o);
+    if (set_string(&o->kernel_path, path && *path ? path : NULL) != CLVARLEN_SUCCESS)
+        return cv_error(NULL, CLVARLEN_ERROR_OUT_OF_MEMORY, "%s: out of memory", __func__);
+    return CLVARLEN_SUCCESS;
+}
+
+clvarlen_status clvarlen_options_set_cache_dir(clvarlen_options *o, const char *dir)
+{
+    OPTIONS_ENTER(o);
+    if (set_string(&o->cache_dir, dir && *dir ? dir : NULL) != CLVARLEN_SUCCESS)
+        return cv_error(NULL, CLVARLEN_ERROR_OUT_OF_MEMORY, "%s: out of memory", __func__);
+    return CLVARLEN_SUCCESS;
+}
+
+clvarlen_status clvarlen_options_set_log(clvarlen_options *o, clvarlen_log_fn fn, void *user,
+                                         clvarlen_log_level max_level)
+{
+    OPTIONS_ENTER(o);
+    if (max_level < CLVARLEN_LOG_ERROR || max_level > CLVARLEN_LOG_DEBUG)
+        return cv_error(NULL, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: unknown log level %d",
+                        __func__, (int)max_level);
+    o->log_fn = fn;
+    o->log_user = user;
+    o->log_level = max_level;
+    return CLVARLEN_SUCCESS;
+}
+
+clvarlen_status clvarlen_options_set_device_checks(clvarlen_options *o, int on)
+{
+    OPTIONS_ENTER(o);
+    o->device_checks = on != 0;
+    return CLVARLEN_SUCCESS;
+}
+
+/* ------------------------------------------------------------ context */
+
+/* CLVARLEN_LOG: "error", "info", "debug" (or 1 = info) sends messages to stderr. */
+static void log_from_env(clvarlen_context *ctx)
+{
+    const char *v = getenv("CLVARLEN_LOG");
+    if (!v || !*v || strcmp(v, "0") == 0)
+        return;
+    clvarlen_log_level level = CLVARLEN_LOG_INFO;
+    if (strcasecmp(v, "error") == 0)
+        level = CLVARLEN_LOG_ERROR;
+    else if (strcasecmp(v, "debug") == 0)
+        level = CLVARLEN_LOG_DEBUG;
+    ctx->log_stderr = 1;
+    if (level > ctx->log_level)
+        ctx->log_level = level;
+}
+
+static char *resolve_cache_dir(const clvarlen_options *o)
+{
+    const char *v = o && o->cache_dir ? o->cache_dir : getenv("CLVARLEN_CACHE_DIR");
+    char buf[4096];
+    if (v && *v) {
+        if (strcasecmp(v, "off") == 0)
+            return NULL;
+        return strdup(v);
+    }
+    const char *xdg = getenv("XDG_CACHE_HOME");
+    if (xdg && *xdg && xdg[0] == '/') {
+        snprintf(buf, sizeof buf, "%s/clvarlen", xdg);
+        return strdup(buf);
+    }
+    const char *home = getenv("HOME");
+    if (home && *home) {
+        snprintf(buf, sizeof buf, "%s/.cache/clvarlen", home);
+        return strdup(buf);
+    }
+    return NULL; /* nowhere sensible: no disk cache */
+}
+
+static clvarlen_context *context_alloc(const clvarlen_options *o)
+{
+    clvarlen_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx)
+        return NULL;
+    ctx->error_cap = 256;
+    ctx->error = calloc(1, ctx->error_cap);
+    ctx->log_level = CLVARLEN_LOG_ERROR;
+    if (o) {
+        ctx->log_fn = o->log_fn;
+        ctx->log_user = o->log_user;
+        ctx->log_level = o->log_level;
+        ctx->device_checks = o->device_checks;
+    }
+    log_from_env(ctx);
+    const char *kp = o && o->kernel_path ? o->kernel_path : getenv("CLVARLEN_KERNEL_PATH");
+    if (kp && *kp)
+        ctx->kernel_path = strdup(kp);
+    ctx->cache_dir = resolve_cache_dir(o);
+    ctx->pool = cv_pool_create(o ? o->threads : 0);
+    if (!ctx->error || !ctx->pool) {
+        clvarlen_context_destroy(ctx);
+        return NULL;
+    }
+    return ctx;
+}
+
+#if CLVARLEN_HAVE_OPENCL
+static clvarlen_status attach_device(clvarlen_context *ctx, cl_platform_id platform,
+                                     cl_device_id dev, cl_context cl_ctx, cl_command_queue queue,
+                                     int index)
+{
+    cl_int err = CL_SUCCESS;
+    ctx->cl_platform = platform;
+    ctx->cl_dev = dev;
+    if (cl_ctx) {
+        clRetainContext(cl_ctx);
+        ctx->cl_ctx = cl_ctx;
+    } else {
+        cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)platform, 0};
+        ctx->cl_ctx = clCreateContext(props, 1, &dev, NULL, NULL, &err);
+        if (err != CL_SUCCESS)
+            return cv_cl_check(ctx, err, "clCreateContext");
+    }
+    if (queue) {
+        clRetainCommandQueue(queue);
+        ctx->queue = queue;
+    } else {
+        /* Profiling on: benchmarks and callers time the returned events. */
+        ctx->queue = clCreateCommandQueue(ctx->cl_ctx, dev, CL_QUEUE_PROFILING_ENABLE, &err);
+        if (err != CL_SUCCESS)
+            return cv_cl_check(ctx, err, "clCreateCommandQueue");
+    }
+    cv_device_describe(platform, dev, index, &ctx->device);
+    cv_tuning_for(&ctx->device, &ctx->tuning);
+    ctx->has_cl = 1;
+    return CLVARLEN_SUCCESS;
+}
+#endif
+
+clvarlen_status clvarlen_context_create(const clvarlen_options *o, clvarlen_context **out)
+{
+    cv_clear_error(NULL);
+    if (!out)
+        return cv_error(NULL, CLVARLEN_ERROR_INVALID_ARGUMENT, "clvarlen_context_create: context is NULL");
+    char reason[512];
+    int index = -1;
+    clvarlen_status st = cv_device_choose(o ? o->device : NULL, &index, reason, sizeof reason);
+    if (st != CLVARLEN_SUCCESS)
+        return cv_error(NULL, st, "clvarlen_context_create: %s", reason);
+    clvarlen_context *ctx = context_alloc(o);
+    if (!ctx)
+        return cv_error(NULL, CLVARLEN_ERROR_OUT_OF_MEMORY, "clvarlen_context_create: out of memory");
+    cv_device_describe_cpu(&ctx->device);
+    cv_tuning_for(&ctx->device, &ctx->tuning);
+#if CLVARLEN_HAVE_OPENCL
+    if (index >= 0) {
+        cv_device *list = NULL;
+        size_t n = 0;
+        st = cv_devices_enumerate(&list, &n);
+        if (st == CLVARLEN_SUCCESS && (size_t)index < n)
+            st = attach_device(ctx, list[index].platform, list[index].id, NULL, NULL, index);
+        else if (st == CLVARLEN_SUCCESS)
+            st = cv_error(ctx, CLVARLEN_ERROR_DEVICE_NOT_FOUND, "device %d disappeared", index);
+        free(list);
+        if (st != CLVARLEN_SUCCESS) {
+            cv_error(NULL, st, "clvarlen_context_create: %s", ctx->error);
+            clvarlen_context_destroy(ctx);
+            return st;
+        }
+    }
+#endif
+    cv_log(ctx, CLVARLEN_LOG_INFO, "context on %s (%s); %d CPU threads", ctx->device.device_name,
+           reason, cv_pool_size(ctx->pool));
+    *out = ctx;
+    return CLVARLEN_SUCCESS;
+}
+
+void clvarlen_context_destroy(clvarlen_context *ctx)
+{
+    if (!ctx)
+        return;
+#if CLVARLEN_HAVE_OPENCL
+    if (ctx->queue)
+        clFinish(ctx->queue);
+    cv_programs_release(ctx);
+    cv_release(&ctx->check_flag);
+    if (ctx->queue)
+        clReleaseCommandQueue(ctx->queue);
+    if (ctx->cl_ctx)
+        clReleaseContext(ctx->cl_ctx);
+#endif
+    cv_pool_destroy(ctx->pool);
+    free(ctx->kernel_path);
+    free(ctx->cache_dir);
+    free(ctx->error);
+    free(ctx);
+}
+
+clvarlen_status clvarlen_context_device(const clvarlen_context *ctx, clvarlen_device_info *info)
+{
+    if (!ctx || !info)
+        return cv_error(NULL, CLVARLEN_ERROR_INVALID_ARGUMENT,
+                        "clvarlen_context_device: %s is NULL", ctx ? "info" : "context");
+    *info = ctx->device;
+    return CLVARLEN_SUCCESS;
+}
+
+int clvarlen_context_threads(const clvarlen_context *ctx)
+{
+    return ctx ? cv_pool_size(ctx->pool) : 0;
+}
+
+clvarlen_status clvarlen_context_finish(clvarlen_context *ctx)
+{
+    CV_ENTER(ctx);
+#if CLVARLEN_HAVE_OPENCL
+    if (ctx->has_cl)
+        return cv_cl_check(ctx, clFinish(ctx->queue), "clFinish");
+#endif
+    return CLVARLEN_SUCCESS;
+}
+
+#if CLVARLEN_HAVE_OPENCL
+clvarlen_status clvarlen_context_create_cl(cl_context cl_ctx, cl_device_id device,
+                                           cl_command_queue queue, const clvarlen_options *o,
+                                           clvarlen_context **out)
+{
+    cv_clear_error(NULL);
+    if (!out || !cl_ctx || !device)
+        return cv_error(NULL, CLVARLEN_ERROR_INVALID_ARGUMENT,
+                        "clvarlen_context_create_cl: %s is NULL",
+                        !out ? "context" : !cl_ctx ? "cl_ctx" : "device");
+    cl_platform_id platform = NULL;
+    cl_int err = clGetDeviceInfo(device, CL_DEVICE_PLATFORM, sizeof platform, &platform, NULL);
+    if (err != CL_SUCCESS)
+        return cv_error(NULL, CLVARLEN_ERROR_OPENCL,
+                        "clvarlen_context_create_cl: clGetDeviceInfo(CL_DEVICE_PLATFORM): %s",
+                        cv_cl_error_name(err));
+    if (queue) {
+        cl_device_id qdev = NULL;
+        err = clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof qdev, &qdev, NULL);
+        if (err != CL_SUCCESS || qdev != device)
+            return cv_error(NULL, CLVARLEN_ERROR_INVALID_ARGUMENT,
+                            "clvarlen_context_create_cl: the queue does not belong to the device");
+    }
+    clvarlen_context *ctx = context_alloc(o);
+    if (!ctx)
+        return cv_error(NULL, CLVARLEN_ERROR_OUT_OF_MEMORY, "clvarlen_context_create_cl: out of memory");
+    /* The index is the caller's device's place in our enumeration, when it has one. */
+    int index = -2;
+    cv_device *list = NULL;
+    size_t n = 0;
+    if (cv_devices_enumerate(&list, &n) == CLVARLEN_SUCCESS)
+        for (size_t i = 0; i < n; i++)
+            if (list[i].id == device)
+                index = (int)i;
+    free(list);
+    clvarlen_status st = attach_device(ctx, platform, device, cl_ctx, queue, index);
+    if (st != CLVARLEN_SUCCESS) {
+        cv_error(NULL, st, "clvarlen_context_create_cl: %s", ctx->error);
+        clvarlen_context_destroy(ctx);
+        return st;
+    }
+    *out = ctx;
+    return CLVARLEN_SUCCESS;
+}
+
+clvarlen_status clvarlen_context_get_cl(clvarlen_context *ctx, cl_context *cl_ctx,
+                                        cl_device_id *device, cl_command_queue *queue)
+{
+    if (!ctx)
+        return cv_error(NULL, CLVARLEN_ERROR_INVALID_ARGUMENT, "clvarlen_context_get_cl: context is NULL");
+    if (!ctx->has_cl)
+        return cv_error(ctx, CLVARLEN_ERROR_NO_OPENCL,
+                        "clvarlen_context_get_cl: the context runs on the CPU fallback");
+    cv_clear_error(ctx);
+    if (cl_ctx)
+        *cl_ctx = ctx->cl_ctx;
+    if (device)
+        *device = ctx->cl_dev;
+    if (queue)
+        *queue = ctx->queue;
+    return CLVARLEN_SUCCESS;
+}
+#endif

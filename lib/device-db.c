@@ -1,0 +1,85 @@
+/* Per-device tuning, looked up vendor -> architecture -> device -> default,
+ * as CLBlast's database does. The values reach kernels as -D options. Only
+ * the NVIDIA entries were measured (H100); AMD and Intel values are the
+ * conservative choices their wave/sub-group widths suggest, and the generic
+ * entry is safe on any OpenCL 1.2 device.
+ */
+#include "internal.h"
+
+#include <string.h>
+
+static void generic(cv_tuning *t)
+{
+    t->copy_wg = 256;
+    t->copy_rows_per_wg = 1;
+    t->scan_wg = 256;
+    t->gdn_v_tile = 16;
+    t->gdn_wg = 64;
+    t->attn_block_m = 32;
+    t->attn_block_n = 32;
+    t->attn_wg = 64;
+    t->nvidia_mma = 0;
+}
+
+void cv_tuning_for(const clvarlen_device_info *info, cv_tuning *t)
+{
+    memset(t, 0, sizeof *t);
+    generic(t);
+    if (!info)
+        return;
+    switch (info->vendor) {
+    case CLVARLEN_VENDOR_NVIDIA:
+        t->copy_wg = 256;
+        t->scan_wg = 1024;
+        t->gdn_v_tile = 8;
+        t->gdn_wg = 128;
+        t->attn_block_m = 64;
+        t->attn_block_n = 64;
+        t->attn_wg = 128;
+        /* mma.sync.m16n8k16 with bf16 needs sm_80 or later. */
+        t->nvidia_mma = info->cc_major >= 8;
+        break;
+    case CLVARLEN_VENDOR_AMD:
+        t->copy_wg = 256;
+        t->scan_wg = 256;
+        t->gdn_v_tile = 8;
+        t->gdn_wg = 128;
+        t->attn_block_m = 64;
+        t->attn_block_n = 32;
+        t->attn_wg = 128;
+        break;
+    case CLVARLEN_VENDOR_INTEL:
+        t->copy_wg = 256;
+        t->scan_wg = 256;
+        t->gdn_v_tile = 8;
+        t->gdn_wg = 64;
+        t->attn_block_m = 32;
+        t->attn_block_n = 32;
+        t->attn_wg = 64;
+        break;
+    case CLVARLEN_VENDOR_CPU:
+        /* OpenCL CPU devices (PoCL) run a work-group per core: fewer, wider groups. */
+        t->copy_wg = 64;
+        t->scan_wg = 64;
+        t->gdn_v_tile = 16;
+        t->gdn_wg = 32;
+        t->attn_block_m = 16;
+        t->attn_block_n = 32;
+        t->attn_wg = 16;
+        break;
+    case CLVARLEN_VENDOR_OTHER:
+        break;
+    }
+    /* Never ask for more than the device allows; kernels assume powers of two. */
+    size_t maxwg = 1;
+    while (maxwg * 2 <= (info->max_work_group_size ? (size_t)info->max_work_group_size : 256))
+        maxwg *= 2;
+    if (t->copy_wg > maxwg)
+        t->copy_wg = maxwg;
+    if (t->scan_wg > maxwg)
+        t->scan_wg = maxwg;
+    if (t->gdn_wg > maxwg)
+        t->gdn_wg = maxwg;
+    if (t->attn_wg > maxwg)
+        t->attn_wg = maxwg;
+}

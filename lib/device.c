@@ -1,0 +1,409 @@
+/* The device layer: enumerate OpenCL platforms and devices, classify vendor
+ * and kind, record capabilities, and choose a device from a selection string
+ * or the default order (discrete GPU, integrated GPU, accelerator, OpenCL CPU
+ * device, then the built-in CPU fallback). No OpenCL at all is not an error.
+ */
+#include "internal.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#ifndef CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV
+#  define CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV 0x4000
+#  define CL_DEVICE_COMPUTE_CAPABILITY_MINOR_NV 0x4001
+#endif
+
+void cv_device_describe_cpu(clvarlen_device_info *info)
+{
+    memset(info, 0, sizeof *info);
+    info->index = -1;
+    info->kind = CLVARLEN_DEVICE_CPU_FALLBACK;
+    info->vendor = CLVARLEN_VENDOR_CPU;
+    snprintf(info->platform_name, sizeof info->platform_name, "clvarlen");
+    snprintf(info->platform_vendor, sizeof info->platform_vendor, "clvarlen");
+    snprintf(info->device_name, sizeof info->device_name, "CPU fallback");
+    snprintf(info->driver_version, sizeof info->driver_version, "%s", CLVARLEN_VERSION_STRING);
+    snprintf(info->opencl_c_version, sizeof info->opencl_c_version, "none");
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    info->compute_units = cpus > 0 ? (uint32_t)cpus : 1;
+    info->has_fp64 = 1;
+    info->has_fp16 = 1; /* converted in software */
+}
+
+/* Lower is better in the default order. */
+static int kind_rank(clvarlen_device_kind kind)
+{
+    switch (kind) {
+    case CLVARLEN_DEVICE_DISCRETE_GPU: return 0;
+    case CLVARLEN_DEVICE_INTEGRATED_GPU: return 1;
+    case CLVARLEN_DEVICE_ACCELERATOR: return 2;
+    case CLVARLEN_DEVICE_OPENCL_CPU: return 3;
+    case CLVARLEN_DEVICE_CPU_FALLBACK: return 4;
+    }
+    return 5;
+}
+
+static const char *kind_name(clvarlen_device_kind kind)
+{
+    switch (kind) {
+    case CLVARLEN_DEVICE_DISCRETE_GPU: return "discrete GPU";
+    case CLVARLEN_DEVICE_INTEGRATED_GPU: return "integrated GPU";
+    case CLVARLEN_DEVICE_ACCELERATOR: return "accelerator";
+    case CLVARLEN_DEVICE_OPENCL_CPU: return "OpenCL CPU device";
+    case CLVARLEN_DEVICE_CPU_FALLBACK: return "built-in CPU fallback";
+    }
+    return "device";
+}
+
+#if CLVARLEN_HAVE_OPENCL
+static void get_str(cl_device_id d, cl_device_info what, char *out, size_t size)
+{
+    out[0] = '\0';
+    if (clGetDeviceInfo(d, what, size - 1, out, NULL) != CL_SUCCESS)
+        out[0] = '\0';
+    out[size - 1] = '\0';
+}
+
+static void get_pstr(cl_platform_id p, cl_platform_info what, char *out, size_t size)
+{
+    out[0] = '\0';
+    if (clGetPlatformInfo(p, what, size - 1, out, NULL) != CL_SUCCESS)
+        out[0] = '\0';
+    out[size - 1] = '\0';
+}
+
+static bool has_extension(cl_device_id d, const char *ext)
+{
+    size_t size = 0;
+    if (clGetDeviceInfo(d, CL_DEVICE_EXTENSIONS, 0, NULL, &size) != CL_SUCCESS || size == 0)
+        return false;
+    char *s = malloc(size + 1);
+    if (!s)
+        return false;
+    bool found = false;
+    if (clGetDeviceInfo(d, CL_DEVICE_EXTENSIONS, size, s, NULL) == CL_SUCCESS) {
+        s[size] = '\0';
+        size_t n = strlen(ext);
+        for (const char *p = s; (p = strstr(p, ext)) != NULL; p += n) {
+            if ((p == s || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0')) {
+                found = true;
+                break;
+            }
+        }
+    }
+    free(s);
+    return found;
+}
+
+void cv_device_describe(cl_platform_id platform, cl_device_id d, int index,
+                        clvarlen_device_info *info)
+{
+    memset(info, 0, sizeof *info);
+    info->index = index;
+    get_pstr(platform, CL_PLATFORM_NAME, info->platform_name, sizeof info->platform_name);
+    get_pstr(platform, CL_PLATFORM_VENDOR, info->platform_vendor, sizeof info->platform_vendor);
+    get_str(d, CL_DEVICE_NAME, info->device_name, sizeof info->device_name);
+    get_str(d, CL_DRIVER_VERSION, info->driver_version, sizeof info->driver_version);
+    get_str(d, CL_DEVICE_OPENCL_C_VERSION, info->opencl_c_version,
+            sizeof info->opencl_c_version);
+
+    cl_uint u = 0;
+    cl_ulong ul = 0;
+    size_t sz = 0;
+    cl_device_type type = 0;
+    cl_bool unified = CL_FALSE;
+    if (clGetDeviceInfo(d, CL_DEVICE_VENDOR_ID, sizeof u, &u, NULL) == CL_SUCCESS)
+        info->vendor_id = u;
+    if (clGetDeviceInfo(d, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof u, &u, NULL) == CL_SUCCESS)
+        info->compute_units = u;
+    if (clGetDeviceInfo(d, CL_DEVICE_MAX_CLOCK_FREQUENCY, sizeof u, &u, NULL) == CL_SUCCESS)
+        info->max_clock_mhz = u;
+    if (clGetDeviceInfo(d, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof ul, &ul, NULL) == CL_SUCCESS)
+        info->global_mem_bytes = ul;
+    if (clGetDeviceInfo(d, CL_DEVICE_LOCAL_MEM_SIZE, sizeof ul, &ul, NULL) == CL_SUCCESS)
+        info->local_mem_bytes = ul;
+    if (clGetDeviceInfo(d, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof sz, &sz, NULL) == CL_SUCCESS)
+        info->max_work_group_size = sz;
+    (void)clGetDeviceInfo(d, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+    (void)clGetDeviceInfo(d, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL);
+
+    if (type & CL_DEVICE_TYPE_CPU)
+        info->kind = CLVARLEN_DEVICE_OPENCL_CPU;
+    else if (type & CL_DEVICE_TYPE_GPU)
+        info->kind = unified ? CLVARLEN_DEVICE_INTEGRATED_GPU : CLVARLEN_DEVICE_DISCRETE_GPU;
+    else
+        info->kind = CLVARLEN_DEVICE_ACCELERATOR;
+
+    /* The vendor from the PCI vendor id; a CPU device is classed CPU whoever makes it. */
+    if (info->kind == CLVARLEN_DEVICE_OPENCL_CPU)
+        info->vendor = CLVARLEN_VENDOR_CPU;
+    else if (info->vendor_id == 0x10DE)
+        info->vendor = CLVARLEN_VENDOR_NVIDIA;
+    else if (info->vendor_id == 0x1002 || info->vendor_id == 0x1022)
+        info->vendor = CLVARLEN_VENDOR_AMD;
+    else if (info->vendor_id == 0x8086)
+        info->vendor = CLVARLEN_VENDOR_INTEL;
+    else
+        info->vendor = CLVARLEN_VENDOR_OTHER;
+
+    cl_device_fp_config fp64 = 0;
+    (void)clGetDeviceInfo(d, CL_DEVICE_DOUBLE_FP_CONFIG, sizeof fp64, &fp64, NULL);
+    info->has_fp64 = fp64 != 0 || has_extension(d, "cl_khr_fp64");
+    info->has_fp16 = has_extension(d, "cl_khr_fp16");
+    info->has_subgroups = has_extension(d, "cl_khr_subgroups") ||
+                          has_extension(d, "cl_intel_subgroups");
+    if (info->vendor == CLVARLEN_VENDOR_NVIDIA &&
+        has_extension(d, "cl_nv_device_attribute_query")) {
+        cl_uint major = 0, minor = 0;
+        if (clGetDeviceInfo(d, CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV, sizeof major, &major,
+                            NULL) == CL_SUCCESS &&
+            clGetDeviceInfo(d, CL_DEVICE_COMPUTE_CAPABILITY_MINOR_NV, sizeof minor, &minor,
+                            NULL) == CL_SUCCESS) {
+            info->cc_major = (int)major;
+            info->cc_minor = (int)minor;
+        }
+    }
+}
+
+clvarlen_status cv_devices_enumerate(cv_device **list, size_t *count)
+{
+    *list = NULL;
+    *count = 0;
+    cl_uint np = 0;
+    /* No ICD, no platform: an empty list, never an error. */
+    if (clGetPlatformIDs(0, NULL, &np) != CL_SUCCESS || np == 0)
+        return CLVARLEN_SUCCESS;
+    cl_platform_id *plats = calloc(np, sizeof *plats);
+    if (!plats)
+        return CLVARLEN_ERROR_OUT_OF_MEMORY;
+    if (clGetPlatformIDs(np, plats, NULL) != CL_SUCCESS) {
+        free(plats);
+        return CLVARLEN_SUCCESS;
+    }
+    cv_device *out = NULL;
+    size_t n = 0;
+    for (cl_uint p = 0; p < np; p++) {
+        cl_uint nd = 0;
+        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 0, NULL, &nd) != CL_SUCCESS || nd == 0)
+            continue;
+        cl_device_id *devs = calloc(nd, sizeof *devs);
+        if (!devs)
+            continue;
+        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, nd, devs, NULL) == CL_SUCCESS) {
+            cv_device *grown = realloc(out, (n + nd) * sizeof *out);
+            if (grown) {
+                out = grown;
+                for (cl_uint i = 0; i < nd; i++) {
+                    cl_bool avail = CL_FALSE, compiler = CL_FALSE;
+                    (void)clGetDeviceInfo(devs[i], CL_DEVICE_AVAILABLE, sizeof avail, &avail, NULL);
+                    (void)clGetDeviceInfo(devs[i], CL_DEVICE_COMPILER_AVAILABLE, sizeof compiler,
+                                          &compiler, NULL);
+                    if (!avail || !compiler)
+                        continue; /* kernels are compiled at run time */
+                    out[n].platform = plats[p];
+                    out[n].id = devs[i];
+                    cv_device_describe(plats[p], devs[i], (int)n, &out[n].info);
+                    n++;
+                }
+            }
+        }
+        free(devs);
+    }
+    free(plats);
+    if (n == 0) {
+        free(out);
+        out = NULL;
+    }
+    *list = out;
+    *count = n;
+    return CLVARLEN_SUCCESS;
+}
+#endif /* CLVARLEN_HAVE_OPENCL */
+
+static bool contains_ci(const char *hay, const char *needle)
+{
+    size_t nl = strlen(needle);
+    if (nl == 0)
+        return false;
+    for (; *hay; hay++) {
+        size_t i = 0;
+        while (i < nl && hay[i] &&
+               tolower((unsigned char)hay[i]) == tolower((unsigned char)needle[i]))
+            i++;
+        if (i == nl)
+            return true;
+    }
+    return false;
+}
+
+static bool all_digits(const char *s)
+{
+    if (!*s)
+        return false;
+    for (; *s; s++)
+        if (!isdigit((unsigned char)*s))
+            return false;
+    return true;
+}
+
+/* The selection over an enumerated list; shared by clvarlen_device_select and context creation. */
+static clvarlen_status select_from(const clvarlen_device_info *infos, size_t n, const char *spec,
+                                   int *index, char *reason, size_t reason_size)
+{
+    char dummy[8];
+    if (!reason || reason_size == 0) {
+        reason = dummy;
+        reason_size = sizeof dummy;
+    }
+    const char *source = "argument";
+    if (!spec || !*spec) {
+        spec = getenv("CLVARLEN_DEVICE");
+        source = "CLVARLEN_DEVICE";
+    }
+    if (spec && *spec) {
+        if (strcasecmp(spec, "cpu") == 0) {
+            *index = -1;
+            snprintf(reason, reason_size, "%s '%s' asks for the built-in CPU fallback", source,
+                     spec);
+            return CLVARLEN_SUCCESS;
+        }
+        if (all_digits(spec)) {
+            unsigned long i = strtoul(spec, NULL, 10);
+            if (i >= n) {
+                snprintf(reason, reason_size, "%s '%s': no OpenCL device with that index (%zu found)",
+                         source, spec, n);
+                return CLVARLEN_ERROR_DEVICE_NOT_FOUND;
+            }
+            *index = (int)i;
+            snprintf(reason, reason_size, "%s '%s' names device %lu", source, spec, i);
+            return CLVARLEN_SUCCESS;
+        }
+        int best = -1;
+        for (size_t i = 0; i < n; i++) {
+            const clvarlen_device_info *d = &infos[i];
+            if (contains_ci(d->platform_name, spec) || contains_ci(d->platform_vendor, spec) ||
+                contains_ci(d->device_name, spec)) {
+                if (best < 0 || kind_rank(d->kind) < kind_rank(infos[best].kind))
+                    best = (int)i;
+            }
+        }
+        if (best < 0) {
+            snprintf(reason, reason_size,
+                     "%s '%s' matches no platform name, platform vendor or device name (%zu "
+                     "OpenCL devices)",
+                     source, spec, n);
+            return CLVARLEN_ERROR_DEVICE_NOT_FOUND;
+        }
+        *index = best;
+        snprintf(reason, reason_size, "%s '%s' matches %s (%s)", source, spec,
+                 infos[best].device_name, kind_name(infos[best].kind));
+        return CLVARLEN_SUCCESS;
+    }
+    int best = -1;
+    for (size_t i = 0; i < n; i++)
+        if (best < 0 || kind_rank(infos[i].kind) < kind_rank(infos[best].kind))
+            best = (int)i;
+    if (best < 0) {
+        *index = -1;
+        snprintf(reason, reason_size, "no OpenCL device found: the built-in CPU fallback serves");
+        return CLVARLEN_SUCCESS;
+    }
+    *index = best;
+    snprintf(reason, reason_size, "default order (discrete GPU, integrated GPU, accelerator, "
+                                  "OpenCL CPU, CPU fallback): first %s is %s",
+             kind_name(infos[best].kind), infos[best].device_name);
+    return CLVARLEN_SUCCESS;
+}
+
+clvarlen_status cv_device_choose(const char *spec, int *index, char *reason, size_t reason_size)
+{
+    clvarlen_device_info *infos = NULL;
+    size_t n = 0;
+#if CLVARLEN_HAVE_OPENCL
+    cv_device *list = NULL;
+    clvarlen_status st = cv_devices_enumerate(&list, &n);
+    if (st != CLVARLEN_SUCCESS)
+        return st;
+    if (n > 0) {
+        infos = calloc(n, sizeof *infos);
+        if (!infos) {
+            free(list);
+            return CLVARLEN_ERROR_OUT_OF_MEMORY;
+        }
+        for (size_t i = 0; i < n; i++)
+            infos[i] = list[i].info;
+    }
+    free(list);
+#endif
+    clvarlen_status r = select_from(infos, n, spec, index, reason, reason_size);
+    free(infos);
+    return r;
+}
+
+clvarlen_status clvarlen_device_count(size_t *count)
+{
+    if (!count)
+        return cv_error(NULL, CLVARLEN_ERROR_INVALID_ARGUMENT, "clvarlen_device_count: count is NULL");
+    *count = 0;
+#if CLVARLEN_HAVE_OPENCL
+    cv_device *list = NULL;
+    size_t n = 0;
+    clvarlen_status st = cv_devices_enumerate(&list, &n);
+    free(list);
+    if (st != CLVARLEN_SUCCESS)
+        return cv_error(NULL, st, "clvarlen_device_count: enumeration failed");
+    *count = n;
+#endif
+    return CLVARLEN_SUCCESS;
+}
+
+clvarlen_status clvarlen_device_query(int index, clvarlen_device_info *info)
+{
+    if (!info)
+        return cv_error(NULL, CLVARLEN_ERROR_INVALID_ARGUMENT, "clvarlen_device_query: info is NULL");
+    if (index == -1) {
+        cv_device_describe_cpu(info);
+        return CLVARLEN_SUCCESS;
+    }
+    if (index < -1)
+        return cv_error(NULL, CLVARLEN_ERROR_INVALID_ARGUMENT,
+                        "clvarlen_device_query: index %d is invalid (-1 is the CPU fallback)", index);
+#if CLVARLEN_HAVE_OPENCL
+    cv_device *list = NULL;
+    size_t n = 0;
+    clvarlen_status st = cv_devices_enumerate(&list, &n);
+    if (st != CLVARLEN_SUCCESS)
+        return cv_error(NULL, st, "clvarlen_device_query: enumeration failed");
+    if ((size_t)index >= n) {
+        free(list);
+        return cv_error(NULL, CLVARLEN_ERROR_DEVICE_NOT_FOUND,
+                        "clvarlen_device_query: no device %d (%zu OpenCL devices)", index, n);
+    }
+    *info = list[index].info;
+    free(list);
+    return CLVARLEN_SUCCESS;
+#else
+    return cv_error(NULL, CLVARLEN_ERROR_DEVICE_NOT_FOUND,
+                    "clvarlen_device_query: no device %d (built without OpenCL)", index);
+#endif
+}
+
+clvarlen_status clvarlen_device_select(const char *spec, int *index, char *reason,
+                                       size_t reason_size)
+{
+    if (!index)
+        return cv_error(NULL, CLVARLEN_ERROR_INVALID_ARGUMENT, "clvarlen_device_select: index is NULL");
+    char buf[512];
+    int chosen = -1;
+    clvarlen_status st = cv_device_choose(spec, &chosen, buf, sizeof buf);
+    if (st != CLVARLEN_SUCCESS)
+        return cv_error(NULL, st, "clvarlen_device_select: %s", buf);
+    *index = chosen;
+    if (reason && reason_size > 0)
+        snprintf(reason, reason_size, "%s", buf);
+    return CLVARLEN_SUCCESS;
+}

@@ -1,0 +1,319 @@
+/* Kernel loading: find cl/<file> (CLVARLEN_KERNEL_PATH or the option, then
+ * the source tree when the library runs from its build tree, then the
+ * installed data directory), join cl/common.clh from the same directory in
+ * front of it, and build it with the op's -D options. Programs are kept per
+ * context (in memory) and as binaries on disk (program-cache.c).
+ */
+#include "internal.h"
+
+#if CLVARLEN_HAVE_OPENCL
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct cv_kernel_entry {
+    struct cv_kernel_entry *next;
+    char *name;
+    cl_kernel kernel;
+} cv_kernel_entry;
+
+struct cv_program {
+    cv_program *next;
+    char *file;
+    char *options;
+    cl_program program;
+    cv_kernel_entry *kernels;
+};
+
+static char *read_file(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *buf = NULL;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long n = ftell(f);
+        if (n >= 0 && fseek(f, 0, SEEK_SET) == 0) {
+            buf = malloc((size_t)n + 1);
+            if (buf && fread(buf, 1, (size_t)n, f) == (size_t)n) {
+                buf[n] = '\0';
+                *size = (size_t)n;
+            } else {
+                free(buf);
+                buf = NULL;
+            }
+        }
+    }
+    fclose(f);
+    return buf;
+}
+
+/* The build tree's kernels serve only a library that was loaded from the build tree. */
+static bool running_from_build_tree(void)
+{
+    Dl_info info;
+    if (!dladdr((void *)(uintptr_t)clvarlen_version, &info) || !info.dli_fname)
+        return false;
+    char real[PATH_MAX];
+    if (!realpath(info.dli_fname, real))
+        return false;
+    char root[PATH_MAX];
+    if (!realpath(CLVARLEN_BUILD_ROOT, root))
+        return false;
+    size_t n = strlen(root);
+    return strncmp(real, root, n) == 0 && real[n] == '/';
+}
+
+/* Reads common.clh + file from the first directory holding file. */
+static clvarlen_status load_source(clvarlen_context *ctx, const char *file, char **source,
+                                   size_t *size, char *found_dir, size_t found_size)
+{
+    char searched[2048] = "";
+    const char *dirs[64];
+    size_t n_dirs = 0;
+    char *path_copy = ctx->kernel_path ? strdup(ctx->kernel_path) : NULL;
+    if (path_copy) {
+        char *save = NULL;
+        for (char *d = strtok_r(path_copy, ":", &save); d && n_dirs < 60;
+             d = strtok_r(NULL, ":", &save))
+            dirs[n_dirs++] = d;
+    }
+    if (running_from_build_tree())
+        dirs[n_dirs++] = CLVARLEN_SOURCE_KERNEL_DIR;
+    dirs[n_dirs++] = CLVARLEN_INSTALLED_KERNEL_DIR;
+
+    clvarlen_status st = CLVARLEN_ERROR_KERNEL_NOT_FOUND;
+    for (size_t i = 0; i < n_dirs; i++) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", dirs[i], file);
+        size_t fsize = 0;
+        char *body = read_file(path, &fsize);
+        size_t used = strlen(searched);
+        snprintf(searched + used, sizeof searched - used, "%s%s", used ? ", " : "", dirs[i]);
+        if (!body)
+            continue;
+        snprintf(path, sizeof path, "%s/common.clh", dirs[i]);
+        size_t csize = 0;
+        char *common = read_file(path, &csize);
+        if (!common) {
+            free(body);
+            st = cv_error(ctx, CLVARLEN_ERROR_KERNEL_NOT_FOUND,
+                          "kernel %s found in %s but common.clh is missing there", file, dirs[i]);
+            free(path_copy);
+            return st;
+        }
+        char *joined = malloc(csize + fsize + 2);
+        if (!joined) {
+            free(body);
+            free(common);
+            free(path_copy);
+            return cv_error(ctx, CLVARLEN_ERROR_OUT_OF_MEMORY, "kernel %s: out of memory", file);
+        }
+        memcpy(joined, common, csize);
+        joined[csize] = '\n';
+        memcpy(joined + csize + 1, body, fsize);
+        joined[csize + 1 + fsize] = '\0';
+        *source = joined;
+        *size = csize + 1 + fsize;
+        snprintf(found_dir, found_size, "%s", dirs[i]);
+        free(body);
+        free(common);
+        free(path_copy);
+        return CLVARLEN_SUCCESS;
+    }
+    free(path_copy);
+    return cv_error(ctx, st,
+                    "kernel source %s not found (searched: %s); set CLVARLEN_KERNEL_PATH to the "
+                    "directory holding the installed .cl files",
+                    file, searched);
+}
+
+static char *build_log(clvarlen_context *ctx, cl_program program)
+{
+    size_t n = 0;
+    if (clGetProgramBuildInfo(program, ctx->cl_dev, CL_PROGRAM_BUILD_LOG, 0, NULL, &n) !=
+            CL_SUCCESS ||
+        n == 0)
+        return strdup("(no build log)");
+    char *log = malloc(n + 1);
+    if (!log)
+        return NULL;
+    if (clGetProgramBuildInfo(program, ctx->cl_dev, CL_PROGRAM_BUILD_LOG, n, log, NULL) !=
+        CL_SUCCESS)
+        log[0] = '\0';
+    log[n] = '\0';
+    return log;
+}
+
+static clvarlen_status program_key(clvarlen_context *ctx, const char *source, size_t size,
+                                   const char *options, char key[33])
+{
+    char platform[256] = "", platform_version[256] = "";
+    (void)clGetPlatformInfo(ctx->cl_platform, CL_PLATFORM_NAME, sizeof platform - 1, platform, NULL);
+    (void)clGetPlatformInfo(ctx->cl_platform, CL_PLATFORM_VERSION, sizeof platform_version - 1,
+                            platform_version, NULL);
+    const char *version = CLVARLEN_VERSION_STRING;
+    const void *parts[] = {source, options, platform, platform_version, ctx->device.device_name,
+                           ctx->device.driver_version, version};
+    size_t sizes[] = {size, strlen(options), strlen(platform), strlen(platform_version),
+                      strlen(ctx->device.device_name), strlen(ctx->device.driver_version),
+                      strlen(version)};
+    cv_hash_hex(parts, sizes, sizeof parts / sizeof parts[0], key);
+    return CLVARLEN_SUCCESS;
+}
+
+static clvarlen_status build_program(clvarlen_context *ctx, const char *file, const char *options,
+                                     cl_program *out)
+{
+    char *source = NULL;
+    size_t size = 0;
+    char dir[PATH_MAX];
+    clvarlen_status st = load_source(ctx, file, &source, &size, dir, sizeof dir);
+    if (st != CLVARLEN_SUCCESS)
+        return st;
+    char key[33];
+    program_key(ctx, source, size, options, key);
+    cl_int err = CL_SUCCESS;
+
+    unsigned char *bin = NULL;
+    size_t bin_size = 0;
+    int cached = cv_cache_load(ctx, key, &bin, &bin_size);
+    if (cached == -1)
+        cv_log(ctx, CLVARLEN_LOG_DEBUG, "program cache corrupt: %s/%s.bin (%s); rebuilding",
+               ctx->cache_dir, key, file);
+    if (cached == 1) {
+        const unsigned char *bins[] = {bin};
+        cl_int bin_status = CL_SUCCESS;
+        cl_program p = clCreateProgramWithBinary(ctx->cl_ctx, 1, &ctx->cl_dev, &bin_size, bins,
+                                                 &bin_status, &err);
+        free(bin);
+        if (err == CL_SUCCESS && bin_status == CL_SUCCESS &&
+            clBuildProgram(p, 1, &ctx->cl_dev, options, NULL, NULL) == CL_SUCCESS) {
+            cv_log(ctx, CLVARLEN_LOG_DEBUG, "program cache hit: %s [%s] (%s)", file, options, key);
+            free(source);
+            *out = p;
+            return CLVARLEN_SUCCESS;
+        }
+        if (p)
+            clReleaseProgram(p);
+        cv_log(ctx, CLVARLEN_LOG_DEBUG,
+               "program cache corrupt: %s/%s.bin was refused by the driver; rebuilding",
+               ctx->cache_dir, key);
+    } else if (cached == 0) {
+        cv_log(ctx, CLVARLEN_LOG_DEBUG, "program cache miss: %s [%s] (%s)", file, options, key);
+    }
+
+    const char *src = source;
+    cl_program p = clCreateProgramWithSource(ctx->cl_ctx, 1, &src, &size, &err);
+    free(source);
+    if (err != CL_SUCCESS)
+        return cv_cl_check(ctx, err, "clCreateProgramWithSource");
+    err = clBuildProgram(p, 1, &ctx->cl_dev, options, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        char *log = build_log(ctx, p);
+        clReleaseProgram(p);
+        st = cv_error(ctx, CLVARLEN_ERROR_KERNEL_BUILD,
+                      "building %s/%s with options '%s' failed (%s):\n%s", dir, file, options,
+                      cv_cl_error_name(err), log ? log : "(no memory for the build log)");
+        free(log);
+        return st;
+    }
+    cv_log(ctx, CLVARLEN_LOG_INFO, "compiled %s/%s [%s]", dir, file, options);
+
+    /* Keep the binary for the next start. */
+    size_t bsize = 0;
+    if (ctx->cache_dir &&
+        clGetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof bsize, &bsize, NULL) == CL_SUCCESS &&
+        bsize > 0) {
+        unsigned char *b = malloc(bsize);
+        unsigned char *bins[] = {b};
+        if (b && clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof bins, bins, NULL) == CL_SUCCESS)
+            cv_cache_store(ctx, key, b, bsize);
+        free(b);
+    }
+    *out = p;
+    return CLVARLEN_SUCCESS;
+}
+
+clvarlen_status cv_get_kernel(clvarlen_context *ctx, const char *file, const char *options,
+                              const char *name, cl_kernel *kernel)
+{
+    if (!options)
+        options = "";
+    cv_program *prog = NULL;
+    for (cv_program *p = ctx->programs; p; p = p->next)
+        if (strcmp(p->file, file) == 0 && strcmp(p->options, options) == 0) {
+            prog = p;
+            break;
+        }
+    if (!prog) {
+        prog = calloc(1, sizeof *prog);
+        if (!prog)
+            return cv_error(ctx, CLVARLEN_ERROR_OUT_OF_MEMORY, "kernel %s: out of memory", name);
+        prog->file = strdup(file);
+        prog->options = strdup(options);
+        if (!prog->file || !prog->options) {
+            free(prog->file);
+            free(prog->options);
+            free(prog);
+            return cv_error(ctx, CLVARLEN_ERROR_OUT_OF_MEMORY, "kernel %s: out of memory", name);
+        }
+        clvarlen_status st = build_program(ctx, file, options, &prog->program);
+        if (st != CLVARLEN_SUCCESS) {
+            free(prog->file);
+            free(prog->options);
+            free(prog);
+            return st;
+        }
+        prog->next = ctx->programs;
+        ctx->programs = prog;
+    }
+    for (cv_kernel_entry *k = prog->kernels; k; k = k->next)
+        if (strcmp(k->name, name) == 0) {
+            *kernel = k->kernel;
+            return CLVARLEN_SUCCESS;
+        }
+    cl_int err = CL_SUCCESS;
+    cl_kernel k = clCreateKernel(prog->program, name, &err);
+    if (err != CL_SUCCESS)
+        return cv_error(ctx, CLVARLEN_ERROR_KERNEL_BUILD, "clCreateKernel(%s) from %s: %s (%d)",
+                        name, file, cv_cl_error_name(err), (int)err);
+    cv_kernel_entry *e = calloc(1, sizeof *e);
+    if (!e || !(e->name = strdup(name))) {
+        free(e);
+        clReleaseKernel(k);
+        return cv_error(ctx, CLVARLEN_ERROR_OUT_OF_MEMORY, "kernel %s: out of memory", name);
+    }
+    e->kernel = k;
+    e->next = prog->kernels;
+    prog->kernels = e;
+    *kernel = k;
+    return CLVARLEN_SUCCESS;
+}
+
+void cv_programs_release(clvarlen_context *ctx)
+{
+    cv_program *p = ctx->programs;
+    while (p) {
+        cv_program *next = p->next;
+        cv_kernel_entry *k = p->kernels;
+        while (k) {
+            cv_kernel_entry *kn = k->next;
+            clReleaseKernel(k->kernel);
+            free(k->name);
+            free(k);
+            k = kn;
+        }
+        clReleaseProgram(p->program);
+        free(p->file);
+        free(p->options);
+        free(p);
+        p = next;
+    }
+    ctx->programs = NULL;
+}
+
+#endif /* CLVARLEN_HAVE_OPENCL */
