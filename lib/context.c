@@ -341,6 +341,7 @@ void clvarlen_context_destroy(clvarlen_context *ctx)
         clFinish(ctx->queue);
     cv_programs_release(ctx);
     cv_release(&ctx->check_flag);
+    cv_segment_release(ctx);
     if (ctx->queue)
         clReleaseCommandQueue(ctx->queue);
     if (ctx->cl_ctx)

@@ -15,6 +15,10 @@ static void generic(cv_tuning *t)
     t->scan_wg = 256;
     t->gdn_v_tile = 16;
     t->gdn_wg = 64;
+    t->gdn_k_lanes = 8;
+    t->gdn_chunk_v_tile = 16;
+    t->gdn_chunk_wg = 256;
+    t->gdn_chunk_min = 0; /* AUTO stays token by token (see op-gated-delta.c) */
     t->attn_block_m = 32;
     t->attn_block_n = 32;
     t->attn_wg = 64;
@@ -31,19 +35,25 @@ void cv_tuning_for(const clvarlen_device_info *info, cv_tuning *t)
     case CLVARLEN_VENDOR_NVIDIA:
         t->copy_wg = 256;
         t->scan_wg = 1024;
-        t->gdn_v_tile = 8;
+        t->expand_wg = 64; /* H100: 8.0 us at 64/128, 10-12 us at 256-1024 */
+        /* H100 sweeps (docs/PERFORMANCE.md): decode best at 16 columns per
+         * group, 128 work-items, 16 of them per column; attention's portable
+         * kernel best at 256 work-items. */
+        t->gdn_v_tile = 16;
         t->gdn_wg = 128;
+        t->gdn_k_lanes = 16;
         t->attn_block_m = 64;
         t->attn_block_n = 64;
-        t->attn_wg = 128;
+        t->attn_wg = 256;
         /* mma.sync.m16n8k16 with bf16 needs sm_80 or later. */
         t->nvidia_mma = info->cc_major >= 8;
         break;
     case CLVARLEN_VENDOR_AMD:
         t->copy_wg = 256;
         t->scan_wg = 256;
-        t->gdn_v_tile = 8;
+        t->gdn_v_tile = 16;
         t->gdn_wg = 128;
+        t->gdn_k_lanes = 16;
         t->attn_block_m = 64;
         t->attn_block_n = 32;
         t->attn_wg = 128;
@@ -51,8 +61,9 @@ void cv_tuning_for(const clvarlen_device_info *info, cv_tuning *t)
     case CLVARLEN_VENDOR_INTEL:
         t->copy_wg = 256;
         t->scan_wg = 256;
-        t->gdn_v_tile = 8;
+        t->gdn_v_tile = 16;
         t->gdn_wg = 64;
+        t->gdn_k_lanes = 8;
         t->attn_block_m = 32;
         t->attn_block_n = 32;
         t->attn_wg = 64;
@@ -63,6 +74,9 @@ void cv_tuning_for(const clvarlen_device_info *info, cv_tuning *t)
         t->scan_wg = 64;
         t->gdn_v_tile = 16;
         t->gdn_wg = 32;
+        t->gdn_k_lanes = 1; /* PoCL was fastest with no column split */
+        t->gdn_chunk_v_tile = 32;
+        t->gdn_chunk_wg = 64;
         t->attn_block_m = 16;
         t->attn_block_n = 32;
         t->attn_wg = 16;
@@ -78,6 +92,8 @@ void cv_tuning_for(const clvarlen_device_info *info, cv_tuning *t)
         t->copy_wg = maxwg;
     if (t->scan_wg > maxwg)
         t->scan_wg = maxwg;
+    if (t->expand_wg > maxwg)
+        t->expand_wg = maxwg;
     if (t->gdn_wg > maxwg)
         t->gdn_wg = maxwg;
     if (t->attn_wg > maxwg)

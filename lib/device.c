@@ -323,6 +323,10 @@ clvarlen_status cv_device_choose(const char *spec, int *index, char *reason, siz
 {
     clvarlen_device_info *infos = NULL;
     size_t n = 0;
+    /* "cpu" never needs OpenCL: answer it before touching the ICD loader. */
+    const char *effective = spec && *spec ? spec : getenv("CLVARLEN_DEVICE");
+    if (effective && strcasecmp(effective, "cpu") == 0)
+        return select_from(NULL, 0, spec, index, reason, reason_size);
 #if CLVARLEN_HAVE_OPENCL
     cv_device *list = NULL;
     clvarlen_status st = cv_devices_enumerate(&list, &n);

@@ -68,10 +68,11 @@ typedef struct cv_tuning {
     size_t copy_wg;        /* work-group size of row copies */
     size_t copy_rows_per_wg;
     size_t scan_wg;        /* work-group size of single-group scans */
+    size_t expand_wg;      /* work-group size of seqlens_expand; 0: scan_wg */
     size_t gdn_v_tile;     /* gated delta: V columns per work-group */
     size_t gdn_wg;         /* gated delta: work-group size */
     size_t gdn_k_lanes;    /* gated delta: work-items sharing one V column (K split); 0: default */
-    size_t gdn_chunk_min;  /* gated delta: shortest sequence run chunked (AUTO); 0: default */
+    size_t gdn_chunk_min;  /* gated delta: shortest sequence run chunked (AUTO); 0: never */
     size_t gdn_chunk_v_tile; /* gated delta chunked: V columns per work-group; 0: default */
     size_t gdn_chunk_wg;   /* gated delta chunked: work-group size (64, 128 or 256); 0: default */
     size_t attn_block_m;   /* attention: query rows per work-group */
@@ -111,6 +112,12 @@ struct clvarlen_context {
     cl_command_queue queue;
     cv_program *programs;      /* in-memory program cache, a list */
     cl_mem check_flag;         /* one int for device-side checks, made on first use */
+    /* Segment family temporaries (lib/op-segment.c): a scratch word and work
+     * arrays, kept across calls because releasing a buffer still in use
+     * blocks on some drivers; grown on demand, freed by cv_segment_release. */
+    cl_mem seg_temp;
+    size_t seg_temp_bytes;
+    cl_event seg_temp_busy;    /* the last command that used seg_temp */
 #endif
 };
 
@@ -262,6 +269,8 @@ clvarlen_status cv_check_end(clvarlen_context *ctx, const char *fn, cl_event aft
 clvarlen_status cv_check_cu_seqlens_device(clvarlen_context *ctx, cl_mem cu, size_t cu_offset,
                                            int64_t n, int64_t total, cl_uint num_events,
                                            const cl_event *wait_list, cl_event *event);
+/** Frees the segment family's per-context buffers (called by clvarlen_context_destroy). */
+void cv_segment_release(clvarlen_context *ctx);
 #endif /* CLVARLEN_HAVE_OPENCL */
 
 /* ------------------------------------------------------------ program cache (lib/program-cache.c) */

@@ -1,0 +1,233 @@
+/* clvarlen OpenCL interop: contexts on the caller's OpenCL objects and
+ * entry points on device-resident tensors.
+ *
+ * Tensors are a cl_mem plus a byte offset. Every entry point enqueues its
+ * kernels on the context's queue after the caller's wait list and, when
+ * `event` is not NULL, returns an event that completes with the operation
+ * (release it with clReleaseEvent). Nothing blocks unless device checks are
+ * on (clvarlen_options_set_device_checks), in which case the call waits to
+ * report invalid device-resident cu_seqlens or indices. Sizes that the
+ * host-memory entry points read from cu_seqlens are arguments here.
+ *
+ * Calling these on a context without OpenCL returns CLVARLEN_ERROR_NO_OPENCL.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef CLVARLEN_CL_H
+#define CLVARLEN_CL_H
+
+#include <clvarlen/clvarlen.h>
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#  define CL_TARGET_OPENCL_VERSION 120
+#endif
+#ifdef __APPLE__
+#  include <OpenCL/cl.h>
+#else
+#  include <CL/cl.h>
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/**
+ * A context on the caller's OpenCL objects (retained; released by
+ * clvarlen_context_destroy). queue may be NULL: the library creates one.
+ */
+CLVARLEN_API clvarlen_status clvarlen_context_create_cl(cl_context cl_ctx, cl_device_id device,
+                                                        cl_command_queue queue,
+                                                        const clvarlen_options *options,
+                                                        clvarlen_context **context);
+/** The context's OpenCL objects (not retained); CLVARLEN_ERROR_NO_OPENCL on the CPU fallback. */
+CLVARLEN_API clvarlen_status clvarlen_context_get_cl(clvarlen_context *context,
+                                                     cl_context *cl_ctx, cl_device_id *device,
+                                                     cl_command_queue *queue);
+
+/* ---------------------------------------------------------------- segment family */
+
+CLVARLEN_API clvarlen_status clvarlen_cl_cu_seqlens_from_lengths(
+    clvarlen_context *context, cl_mem lengths, size_t lengths_offset, int64_t n, cl_mem cu_seqlens,
+    size_t cu_offset, cl_uint num_events, const cl_event *wait_list, cl_event *event);
+
+CLVARLEN_API clvarlen_status clvarlen_cl_lengths_from_cu_seqlens(
+    clvarlen_context *context, cl_mem cu_seqlens, size_t cu_offset, int64_t n, cl_mem lengths,
+    size_t lengths_offset, cl_uint num_events, const cl_event *wait_list, cl_event *event);
+
+/** total_tokens must equal cu_seqlens[n] (checked on device with device checks on). */
+CLVARLEN_API clvarlen_status clvarlen_cl_token_maps(clvarlen_context *context, cl_mem cu_seqlens,
+                                                    size_t cu_offset, int64_t n,
+                                                    int64_t total_tokens, cl_mem offsets,
+                                                    size_t offsets_offset, cl_mem seq_id,
+                                                    size_t seq_id_offset, cl_mem pos,
+                                                    size_t pos_offset, cl_uint num_events,
+                                                    const cl_event *wait_list, cl_event *event);
+
+/**
+ * pack on device. mask == NULL: prefix form with valid_lens [batch]; else the
+ * general mask form (valid_lens ignored, may be NULL). The total is computed
+ * on device and written to total_tokens (one int64; total_tokens may be NULL,
+ * src_index too); when it exceeds capacity_tokens nothing else is written
+ * (with device checks on the call returns CLVARLEN_ERROR_BUFFER_TOO_SMALL).
+ */
+CLVARLEN_API clvarlen_status clvarlen_cl_pack(clvarlen_context *context, clvarlen_dtype dtype,
+                                              int64_t row_elems, cl_mem padded,
+                                              size_t padded_offset, int64_t padded_stride,
+                                              int64_t batch, int64_t max_seqlen, cl_mem valid_lens,
+                                              size_t valid_lens_offset, cl_mem mask,
+                                              size_t mask_offset, int64_t capacity_tokens,
+                                              cl_mem packed, size_t packed_offset,
+                                              cl_mem cu_seqlens, size_t cu_offset,
+                                              cl_mem src_index, size_t src_index_offset,
+                                              cl_mem total_tokens, size_t total_offset,
+                                              cl_uint num_events, const cl_event *wait_list,
+                                              cl_event *event);
+
+CLVARLEN_API clvarlen_status clvarlen_cl_unpack(clvarlen_context *context, clvarlen_dtype dtype,
+                                                int64_t row_elems, cl_mem packed,
+                                                size_t packed_offset, int64_t packed_stride,
+                                                int64_t total_tokens, cl_mem src_index,
+                                                size_t src_index_offset, int64_t batch,
+                                                int64_t max_seqlen, const void *pad_value,
+                                                cl_mem padded, size_t padded_offset,
+                                                int64_t padded_stride, cl_uint num_events,
+                                                const cl_event *wait_list, cl_event *event);
+
+CLVARLEN_API clvarlen_status clvarlen_cl_gather_rows(clvarlen_context *context,
+                                                     clvarlen_dtype dtype, int64_t row_elems,
+                                                     cl_mem src, size_t src_offset,
+                                                     int64_t src_rows, int64_t src_stride,
+                                                     cl_mem index, size_t index_offset,
+                                                     int64_t n_index, cl_mem dst,
+                                                     size_t dst_offset, int64_t dst_stride,
+                                                     cl_uint num_events, const cl_event *wait_list,
+                                                     cl_event *event);
+
+/**
+ * Device indices out of range are skipped (reported with device checks on).
+ * Overwrite with repeated indices leaves which row wins unspecified.
+ */
+CLVARLEN_API clvarlen_status clvarlen_cl_scatter_rows(
+    clvarlen_context *context, clvarlen_dtype dtype, int64_t row_elems, cl_mem src,
+    size_t src_offset, int64_t src_stride, cl_mem index, size_t index_offset, int64_t n_index,
+    cl_mem dst, size_t dst_offset, int64_t dst_rows, int64_t dst_stride,
+    clvarlen_scatter_mode mode, unsigned flags, cl_uint num_events, const cl_event *wait_list,
+    cl_event *event);
+
+/**
+ * One kernel launch: seqlens_expanded and (page_table != NULL) the expanded
+ * page table; q_len == NULL means uniform_q_len. The total is computed on
+ * device and written to `total` (one int64, may be NULL); rows beyond
+ * capacity are never written (with device checks on, an overflow returns
+ * CLVARLEN_ERROR_BUFFER_TOO_SMALL).
+ */
+CLVARLEN_API clvarlen_status clvarlen_cl_seqlens_expand(
+    clvarlen_context *context, cl_mem kv_len, size_t kv_len_offset, cl_mem q_len,
+    size_t q_len_offset, int32_t uniform_q_len, int64_t n, cl_mem page_table,
+    size_t page_table_offset, int64_t page_cols, int64_t page_stride, int64_t col_limit,
+    int64_t capacity, cl_mem seqlens_expanded, size_t seqlens_offset, cl_mem page_table_out,
+    size_t page_out_offset, int64_t out_stride, cl_mem total, size_t total_offset,
+    cl_uint num_events, const cl_event *wait_list, cl_event *event);
+
+/**
+ * CP plan on device: local_cu_seqlens [n+1] (required), head_cu/tail_cu
+ * [n+1], global_index/position [capacity] (may be NULL); local token count
+ * into `local_tokens` (one int64, may be NULL).
+ */
+CLVARLEN_API clvarlen_status clvarlen_cl_cp_plan(
+    clvarlen_context *context, cl_mem cu_seqlens, size_t cu_offset, int64_t n, int32_t world,
+    int32_t rank, cl_mem local_cu_seqlens, size_t local_cu_offset, cl_mem head_cu,
+    size_t head_cu_offset, cl_mem tail_cu, size_t tail_cu_offset, int64_t capacity,
+    cl_mem global_index, size_t global_index_offset, cl_mem position, size_t position_offset,
+    cl_mem local_tokens, size_t local_tokens_offset, cl_uint num_events,
+    const cl_event *wait_list, cl_event *event);
+
+/** total_tokens = cu_seqlens[n]; local rows beyond local_capacity are never written. */
+CLVARLEN_API clvarlen_status clvarlen_cl_cp_gather(
+    clvarlen_context *context, clvarlen_dtype dtype, int64_t row_elems, cl_mem global_rows,
+    size_t global_offset, int64_t global_stride, int64_t total_tokens, cl_mem cu_seqlens,
+    size_t cu_offset, int64_t n, int32_t world, int32_t rank, cl_mem local_rows,
+    size_t local_offset, int64_t local_stride, int64_t local_capacity, cl_uint num_events,
+    const cl_event *wait_list, cl_event *event);
+
+CLVARLEN_API clvarlen_status clvarlen_cl_cp_scatter(
+    clvarlen_context *context, clvarlen_dtype dtype, int64_t row_elems, cl_mem local_rows,
+    size_t local_offset, int64_t local_stride, int64_t local_capacity, cl_mem cu_seqlens,
+    size_t cu_offset, int64_t n, int32_t world, int32_t rank, cl_mem global_rows,
+    size_t global_offset, int64_t global_stride, int64_t total_tokens, clvarlen_scatter_mode mode,
+    unsigned flags, cl_uint num_events, const cl_event *wait_list, cl_event *event);
+
+CLVARLEN_API clvarlen_status clvarlen_cl_gen_seq_lens(clvarlen_context *context, uint64_t seed,
+                                                      int32_t world, int32_t n, int64_t total,
+                                                      cl_mem out, size_t out_offset,
+                                                      cl_uint num_events,
+                                                      const cl_event *wait_list, cl_event *event);
+
+/* ---------------------------------------------------------------- varlen attention */
+
+/**
+ * clvarlen_attention_forward on device buffers. Each tensor is a cl_mem and a
+ * byte offset (a multiple of its element size). q_pos and lse may be NULL.
+ * params->total_q/total_k and n_seqs size the work; the work list of
+ * (sequence, head, query tile) is built on the device from cu_seqlens_q, so
+ * nothing is read back. Without device checks, invalid cu_seqlens give
+ * unspecified values but no access outside [0, total) rows. With device
+ * checks on, cu_seqlens_q/_k are validated first and the call blocks to
+ * report CLVARLEN_ERROR_INVALID_CU_SEQLENS (nothing written).
+ * On NVIDIA devices of compute capability 8.0 or later, f16/bf16 with
+ * head_dim == head_dim_v <= 128, 16-byte aligned offsets and token strides
+ * that are multiples of 8 elements run on tensor cores (inline PTX
+ * mma.sync); every other case runs the portable kernel.
+ */
+CLVARLEN_API clvarlen_status clvarlen_cl_attention_forward(
+    clvarlen_context *context, const clvarlen_attention_params *params, cl_mem q, size_t q_offset,
+    cl_mem k, size_t k_offset, cl_mem v, size_t v_offset, cl_mem cu_seqlens_q, size_t cu_q_offset,
+    cl_mem cu_seqlens_k, size_t cu_k_offset, cl_mem q_pos, size_t q_pos_offset, cl_mem o,
+    size_t o_offset, cl_mem lse, size_t lse_offset, cl_uint num_events, const cl_event *wait_list,
+    cl_event *event);
+
+/** clvarlen_attention_merge on device buffers (lse may be NULL). */
+CLVARLEN_API clvarlen_status clvarlen_cl_attention_merge(
+    clvarlen_context *context, clvarlen_dtype dtype, int64_t n_parts, int64_t tokens,
+    int32_t heads, int32_t head_dim_v, cl_mem o_parts, size_t o_parts_offset, cl_mem lse_parts,
+    size_t lse_parts_offset, cl_mem o, size_t o_offset, cl_mem lse, size_t lse_offset,
+    cl_uint num_events, const cl_event *wait_list, cl_event *event);
+
+/** clvarlen_attention_merge2 on device buffers (lse may be NULL; in place allowed). */
+CLVARLEN_API clvarlen_status clvarlen_cl_attention_merge2(
+    clvarlen_context *context, clvarlen_dtype dtype, int64_t tokens, int32_t heads,
+    int32_t head_dim_v, cl_mem o_a, size_t o_a_offset, cl_mem lse_a, size_t lse_a_offset,
+    cl_mem o_b, size_t o_b_offset, cl_mem lse_b, size_t lse_b_offset, cl_mem o, size_t o_offset,
+    cl_mem lse, size_t lse_offset, cl_uint num_events, const cl_event *wait_list,
+    cl_event *event);
+
+/* ---------------------------------------------------------------- gated delta rule */
+
+/**
+ * clvarlen_gated_delta_rule on device buffers: the same tensors and
+ * semantics, each a cl_mem plus a byte offset (a multiple of its element
+ * size). cu_seqlens, state_pool, state_indices, intermediate_states and
+ * cache_indices may be NULL with the meanings given there; the others are
+ * required when total_tokens > 0. params->total_tokens must equal
+ * cu_seqlens[n_seqs]. Device-resident indices outside their buffer never
+ * cause an out-of-bounds access: a state index >= state_slots is treated as
+ * negative, a cache index >= cache_slots and steps beyond cache_steps are
+ * skipped; with device checks on, they (and an invalid cu_seqlens) make the
+ * call write nothing and return the error. Under CLVARLEN_GDN_AUTO the
+ * algorithm is chosen per sequence on the device.
+ */
+CLVARLEN_API clvarlen_status clvarlen_cl_gated_delta_rule(
+    clvarlen_context *context, const clvarlen_gdn_params *params, cl_mem A_log,
+    size_t A_log_offset, cl_mem dt_bias, size_t dt_bias_offset, cl_mem a, size_t a_offset,
+    cl_mem b, size_t b_offset, cl_mem q, size_t q_offset, cl_mem k, size_t k_offset, cl_mem v,
+    size_t v_offset, cl_mem cu_seqlens, size_t cu_offset, cl_mem state_pool,
+    size_t state_offset, cl_mem state_indices, size_t state_indices_offset,
+    cl_mem intermediate_states, size_t intermediate_offset, cl_mem cache_indices,
+    size_t cache_indices_offset, cl_mem o, size_t o_offset, cl_uint num_events,
+    const cl_event *wait_list, cl_event *event);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CLVARLEN_CL_H */

@@ -1,0 +1,603 @@
+/* clvarlen: variable-length (packed, cu_seqlens) kernels for LLM serving,
+ * on any OpenCL device or the built-in CPU fallback.
+ *
+ * This header has no OpenCL types. Every entry point here takes host memory:
+ * on a context bound to an OpenCL device the library uploads the inputs, runs
+ * its kernels and reads the outputs back; on the CPU fallback it computes in
+ * place. The cl_mem entry points are in <clvarlen/clvarlen-cl.h>.
+ *
+ * Conventions (SPEC.md section 0):
+ * - every function returns a clvarlen_status; on any error nothing is
+ *   written to the outputs, and clvarlen_last_error() holds a message;
+ * - cu_seqlens are int32 [n + 1], cu[0] = 0, non-decreasing;
+ * - token strides are in elements; 0 means "contiguous";
+ * - a context may be used by one thread at a time; distinct contexts are
+ *   independent (all state lives in the handle);
+ * - the library never prints (unless a log handler or CLVARLEN_LOG asks)
+ *   and never aborts.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef CLVARLEN_H
+#define CLVARLEN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32) && !defined(CLVARLEN_STATIC)
+#  ifdef CLVARLEN_BUILDING
+#    define CLVARLEN_API __declspec(dllexport)
+#  else
+#    define CLVARLEN_API __declspec(dllimport)
+#  endif
+#elif defined(__GNUC__)
+#  define CLVARLEN_API __attribute__((visibility("default")))
+#else
+#  define CLVARLEN_API
+#endif
+
+/* ---------------------------------------------------------------- version */
+
+#define CLVARLEN_VERSION_MAJOR 0
+#define CLVARLEN_VERSION_MINOR 1
+#define CLVARLEN_VERSION_PATCH 0
+#define CLVARLEN_VERSION_ENCODE(maj, min, pat) (((maj) * 10000) + ((min) * 100) + (pat))
+#define CLVARLEN_VERSION \
+    CLVARLEN_VERSION_ENCODE(CLVARLEN_VERSION_MAJOR, CLVARLEN_VERSION_MINOR, CLVARLEN_VERSION_PATCH)
+
+/** The version of the library actually loaded, encoded as CLVARLEN_VERSION. */
+CLVARLEN_API int clvarlen_version(void);
+/** The same, as "MAJOR.MINOR.PATCH". */
+CLVARLEN_API const char *clvarlen_version_string(void);
+
+/* ---------------------------------------------------------------- status */
+
+typedef enum clvarlen_status {
+    CLVARLEN_SUCCESS = 0,
+    /** A NULL pointer, a negative size, a shape mismatch, an unknown enum. */
+    CLVARLEN_ERROR_INVALID_ARGUMENT = 1,
+    /** cu_seqlens not starting at 0, decreasing, or not ending at the total. */
+    CLVARLEN_ERROR_INVALID_CU_SEQLENS = 2,
+    /** An index (row, state slot, page) outside the tensor it addresses. */
+    CLVARLEN_ERROR_INDEX_OUT_OF_RANGE = 3,
+    /** An output capacity smaller than what the operation produces. */
+    CLVARLEN_ERROR_BUFFER_TOO_SMALL = 4,
+    /** A valid request this build or device does not implement (dtype, head dim). */
+    CLVARLEN_ERROR_UNSUPPORTED = 5,
+    CLVARLEN_ERROR_OUT_OF_MEMORY = 6,
+    /** No device matches the requested selection. */
+    CLVARLEN_ERROR_DEVICE_NOT_FOUND = 7,
+    /** An OpenCL call failed; the message names the call and the CL error. */
+    CLVARLEN_ERROR_OPENCL = 8,
+    /** A kernel file was not found on the kernel search path. */
+    CLVARLEN_ERROR_KERNEL_NOT_FOUND = 9,
+    /** A kernel failed to compile; the message holds the build log. */
+    CLVARLEN_ERROR_KERNEL_BUILD = 10,
+    /** An entry point that needs OpenCL on a context without it (or a build without it). */
+    CLVARLEN_ERROR_NO_OPENCL = 11,
+    /** An integer size that does not fit the type the operation uses. */
+    CLVARLEN_ERROR_OVERFLOW = 12,
+    CLVARLEN_ERROR_INTERNAL = 13
+} clvarlen_status;
+
+/** A sentence describing the status ("invalid argument"); never NULL. */
+CLVARLEN_API const char *clvarlen_status_str(clvarlen_status status);
+/** The enumerator's name ("CLVARLEN_ERROR_INVALID_ARGUMENT"); never NULL. */
+CLVARLEN_API const char *clvarlen_status_name(clvarlen_status status);
+
+/* ---------------------------------------------------------------- dtypes */
+
+typedef enum clvarlen_dtype {
+    CLVARLEN_DTYPE_F32 = 0,
+    CLVARLEN_DTYPE_F16 = 1,
+    CLVARLEN_DTYPE_BF16 = 2,
+    CLVARLEN_DTYPE_F64 = 3,
+    CLVARLEN_DTYPE_I32 = 4,
+    CLVARLEN_DTYPE_I64 = 5,
+    /** Opaque bytes: rows of any size, copied bitwise. */
+    CLVARLEN_DTYPE_U8 = 6
+} clvarlen_dtype;
+
+/** Bytes per element, or 0 for an unknown dtype. */
+CLVARLEN_API size_t clvarlen_dtype_size(clvarlen_dtype dtype);
+/** "f32", "f16", ...; "unknown" for an unknown dtype. */
+CLVARLEN_API const char *clvarlen_dtype_name(clvarlen_dtype dtype);
+
+/* ---------------------------------------------------------------- devices */
+
+typedef enum clvarlen_vendor {
+    CLVARLEN_VENDOR_OTHER = 0,
+    CLVARLEN_VENDOR_NVIDIA = 1,
+    CLVARLEN_VENDOR_AMD = 2,
+    CLVARLEN_VENDOR_INTEL = 3,
+    /** An OpenCL CPU device (PoCL, Intel CPU runtime), or the built-in fallback. */
+    CLVARLEN_VENDOR_CPU = 4
+} clvarlen_vendor;
+
+typedef enum clvarlen_device_kind {
+    CLVARLEN_DEVICE_CPU_FALLBACK = 0, /**< the built-in C implementation */
+    CLVARLEN_DEVICE_DISCRETE_GPU = 1,
+    CLVARLEN_DEVICE_INTEGRATED_GPU = 2,
+    CLVARLEN_DEVICE_OPENCL_CPU = 3,
+    CLVARLEN_DEVICE_ACCELERATOR = 4
+} clvarlen_device_kind;
+
+#define CLVARLEN_NAME_MAX 128
+
+/** What the library knows about one device. Filled by clvarlen_device_query(). */
+typedef struct clvarlen_device_info {
+    int index;              /**< position in the list; -1 for the CPU fallback */
+    clvarlen_device_kind kind;
+    clvarlen_vendor vendor;
+    char platform_name[CLVARLEN_NAME_MAX];
+    char platform_vendor[CLVARLEN_NAME_MAX];
+    char device_name[CLVARLEN_NAME_MAX];
+    char driver_version[CLVARLEN_NAME_MAX];
+    char opencl_c_version[CLVARLEN_NAME_MAX]; /**< "OpenCL C 1.2 ..." */
+    uint32_t vendor_id;     /**< CL_DEVICE_VENDOR_ID */
+    uint32_t compute_units;
+    uint32_t max_clock_mhz;
+    uint64_t global_mem_bytes;
+    uint64_t local_mem_bytes;
+    uint64_t max_work_group_size;
+    int has_fp16;           /**< cl_khr_fp16 reported (half loads work regardless) */
+    int has_fp64;
+    int has_subgroups;      /**< cl_khr_subgroups or cl_intel_subgroups */
+    int cc_major, cc_minor; /**< NVIDIA compute capability, 0 when not reported */
+} clvarlen_device_info;
+
+/** The number of OpenCL devices visible (0 without OpenCL; never an error). */
+CLVARLEN_API clvarlen_status clvarlen_device_count(size_t *count);
+/** Fills *info for device index (0 <= index < count); index -1 describes the CPU fallback. */
+CLVARLEN_API clvarlen_status clvarlen_device_query(int index, clvarlen_device_info *info);
+/**
+ * The device a context would use for the selection string `spec` (NULL: the
+ * CLVARLEN_DEVICE environment variable, else the default order: discrete GPU,
+ * integrated GPU, OpenCL CPU device, CPU fallback). *index is -1 for the CPU
+ * fallback. `reason` (may be NULL) receives a sentence saying why.
+ * spec: "cpu" (the built-in fallback), a decimal index from clvarlen-test
+ * list, or a case-insensitive substring of the platform name, platform vendor
+ * or device name ("pocl", "nvidia", "amd", "intel").
+ */
+CLVARLEN_API clvarlen_status clvarlen_device_select(const char *spec, int *index, char *reason,
+                                                     size_t reason_size);
+
+/* ---------------------------------------------------------------- logging */
+
+typedef enum clvarlen_log_level {
+    CLVARLEN_LOG_ERROR = 0,
+    CLVARLEN_LOG_INFO = 1,
+    CLVARLEN_LOG_DEBUG = 2
+} clvarlen_log_level;
+
+typedef void (*clvarlen_log_fn)(clvarlen_log_level level, const char *message, void *user_data);
+
+/* ---------------------------------------------------------------- options */
+
+typedef struct clvarlen_options clvarlen_options;
+
+CLVARLEN_API clvarlen_status clvarlen_options_create(clvarlen_options **options);
+CLVARLEN_API void clvarlen_options_destroy(clvarlen_options *options);
+/** Device selection string (see clvarlen_device_select); NULL restores the default. */
+CLVARLEN_API clvarlen_status clvarlen_options_set_device(clvarlen_options *options, const char *spec);
+/** Worker threads of the CPU pool; 0 = one per physical core (the default). */
+CLVARLEN_API clvarlen_status clvarlen_options_set_threads(clvarlen_options *options, int threads);
+/** A colon-separated list of directories searched first for .cl files. */
+CLVARLEN_API clvarlen_status clvarlen_options_set_kernel_path(clvarlen_options *options,
+                                                              const char *path);
+/** The program-binary cache directory; "off" disables the on-disk cache. */
+CLVARLEN_API clvarlen_status clvarlen_options_set_cache_dir(clvarlen_options *options,
+                                                            const char *dir);
+/** A log handler (NULL: silent unless CLVARLEN_LOG is set) and the most verbose level it gets. */
+CLVARLEN_API clvarlen_status clvarlen_options_set_log(clvarlen_options *options,
+                                                      clvarlen_log_fn fn, void *user_data,
+                                                      clvarlen_log_level max_level);
+/**
+ * With device checks on, the cl_mem entry points validate device-resident
+ * cu_seqlens and indices with a kernel before the operation, skip the
+ * operation if they are invalid, and block to report the error. Off by
+ * default (the host-memory entry points always check on the host).
+ */
+CLVARLEN_API clvarlen_status clvarlen_options_set_device_checks(clvarlen_options *options, int on);
+
+/* ---------------------------------------------------------------- context */
+
+typedef struct clvarlen_context clvarlen_context;
+
+/**
+ * Creates a context on the selected device (options may be NULL). Having no
+ * OpenCL platform at all is not an error: the context uses the CPU fallback.
+ * An explicit selection that matches nothing is CLVARLEN_ERROR_DEVICE_NOT_FOUND.
+ */
+CLVARLEN_API clvarlen_status clvarlen_context_create(const clvarlen_options *options,
+                                                     clvarlen_context **context);
+CLVARLEN_API void clvarlen_context_destroy(clvarlen_context *context);
+/**
+ * The message of the last failed call on this context (or, for context ==
+ * NULL, of the last failed call on this thread that had no context). Empty
+ * after a success. Valid until the next call on the same context.
+ */
+CLVARLEN_API const char *clvarlen_last_error(const clvarlen_context *context);
+/** Describes the context's device (index -1 for the CPU fallback). */
+CLVARLEN_API clvarlen_status clvarlen_context_device(const clvarlen_context *context,
+                                                     clvarlen_device_info *info);
+/** The number of CPU worker threads the context uses (the OpenCL path uses them for host work). */
+CLVARLEN_API int clvarlen_context_threads(const clvarlen_context *context);
+/** Blocks until all work queued by the context has finished. */
+CLVARLEN_API clvarlen_status clvarlen_context_finish(clvarlen_context *context);
+
+/* ================================================================ segment family (SPEC 2) */
+
+/** cu_seqlens[0..n] from lengths[0..n-1] (exclusive scan). Negative lengths or a sum over INT32_MAX fail. */
+CLVARLEN_API clvarlen_status clvarlen_cu_seqlens_from_lengths(clvarlen_context *context,
+                                                              const int32_t *lengths, int64_t n,
+                                                              int32_t *cu_seqlens);
+/** lengths[0..n-1] from a valid cu_seqlens[0..n]. */
+CLVARLEN_API clvarlen_status clvarlen_lengths_from_cu_seqlens(clvarlen_context *context,
+                                                              const int32_t *cu_seqlens, int64_t n,
+                                                              int32_t *lengths);
+/**
+ * Token maps for total_tokens = cu_seqlens[n] tokens: seq_id[t] (the last s
+ * with cu[s] <= t, so empty sequences are skipped) and
+ * pos[t] = t - cu[seq_id[t]] + offsets[seq_id[t]] (offsets may be NULL: 0).
+ * seq_id or pos may be NULL (not computed), not both.
+ */
+CLVARLEN_API clvarlen_status clvarlen_token_maps(clvarlen_context *context,
+                                                 const int32_t *cu_seqlens, int64_t n,
+                                                 int64_t total_tokens, const int32_t *offsets,
+                                                 int32_t *seq_id, int32_t *pos);
+
+/**
+ * pack (flash-attn unpad_input): padded [batch, max_seqlen, row] with a valid
+ * prefix of valid_lens[b] rows (0 <= valid_lens[b] <= max_seqlen) -> packed
+ * [total, row], cu_seqlens [batch + 1], and src_index[t] = b * max_seqlen + s
+ * (int64; may be NULL). `row` is row_elems elements of dtype; padded_stride is
+ * the row stride of the padded tensor in elements (0: row_elems). A valid_lens
+ * entry outside [0, max_seqlen] is CLVARLEN_ERROR_INVALID_ARGUMENT. total must
+ * fit capacity_tokens (else CLVARLEN_ERROR_BUFFER_TOO_SMALL, nothing written);
+ * *total_tokens (may be NULL) receives it.
+ */
+CLVARLEN_API clvarlen_status clvarlen_pack(clvarlen_context *context, clvarlen_dtype dtype,
+                                           int64_t row_elems, const void *padded,
+                                           int64_t padded_stride, int64_t batch,
+                                           int64_t max_seqlen, const int32_t *valid_lens,
+                                           int64_t capacity_tokens, void *packed,
+                                           int32_t *cu_seqlens, int64_t *src_index,
+                                           int64_t *total_tokens);
+/**
+ * pack with a general mask [batch, max_seqlen] (nonzero byte = keep; holes
+ * allowed, order kept). Indices come from the mask's positions, never from a
+ * sum of mask values. Outputs as clvarlen_pack.
+ */
+CLVARLEN_API clvarlen_status clvarlen_pack_masked(clvarlen_context *context, clvarlen_dtype dtype,
+                                                  int64_t row_elems, const void *padded,
+                                                  int64_t padded_stride, int64_t batch,
+                                                  int64_t max_seqlen, const uint8_t *mask,
+                                                  int64_t capacity_tokens, void *packed,
+                                                  int32_t *cu_seqlens, int64_t *src_index,
+                                                  int64_t *total_tokens);
+/**
+ * unpack (flash-attn pad_input): packed [total_tokens, row] -> padded
+ * [batch, max_seqlen, row]: row src_index[t] of padded gets packed row t;
+ * every other padded row is filled with *pad_value (one element of dtype;
+ * NULL: zero bytes). src_index entries must be in [0, batch*max_seqlen) and
+ * distinct.
+ */
+CLVARLEN_API clvarlen_status clvarlen_unpack(clvarlen_context *context, clvarlen_dtype dtype,
+                                             int64_t row_elems, const void *packed,
+                                             int64_t packed_stride, int64_t total_tokens,
+                                             const int64_t *src_index, int64_t batch,
+                                             int64_t max_seqlen, const void *pad_value,
+                                             void *padded, int64_t padded_stride);
+
+typedef enum clvarlen_scatter_mode {
+    CLVARLEN_SCATTER_OVERWRITE = 0,
+    /** dst += src; f16/bf16 rows are summed in f32 and rounded once. f32, f16, bf16 and i32
+     * only: other dtypes are CLVARLEN_ERROR_UNSUPPORTED. */
+    CLVARLEN_SCATTER_ACCUMULATE = 1
+} clvarlen_scatter_mode;
+
+/** Scatter flags. */
+#define CLVARLEN_SCATTER_ZERO_REST 0x1u /**< rows of dst not named by index are zeroed */
+/** The caller promises distinct indices (cl_mem entry points: enables a faster accumulate). */
+#define CLVARLEN_SCATTER_UNIQUE_INDICES 0x2u
+
+/**
+ * gather: dst[m] = src[index[m]] for m < n_index; index -1 writes a zero row;
+ * any other index outside [0, src_rows) is CLVARLEN_ERROR_INDEX_OUT_OF_RANGE.
+ */
+CLVARLEN_API clvarlen_status clvarlen_gather_rows(clvarlen_context *context, clvarlen_dtype dtype,
+                                                  int64_t row_elems, const void *src,
+                                                  int64_t src_rows, int64_t src_stride,
+                                                  const int32_t *index, int64_t n_index, void *dst,
+                                                  int64_t dst_stride);
+/**
+ * scatter: dst[index[m]] = src[m] (or +=) for m < n_index; index -1 skips
+ * row m. Overwrite with a repeated index is CLVARLEN_ERROR_INVALID_ARGUMENT;
+ * accumulate sums repeated indices in index order (m ascending).
+ */
+CLVARLEN_API clvarlen_status clvarlen_scatter_rows(clvarlen_context *context, clvarlen_dtype dtype,
+                                                   int64_t row_elems, const void *src,
+                                                   int64_t src_stride, const int32_t *index,
+                                                   int64_t n_index, void *dst, int64_t dst_rows,
+                                                   int64_t dst_stride, clvarlen_scatter_mode mode,
+                                                   unsigned flags);
+
+/**
+ * seqlens_expanded and page-table expansion for speculative decoding (SPEC 2.4).
+ * kv_len[n]: KV length including the new tokens; q_len[n] new tokens per
+ * sequence, or NULL for a uniform uniform_q_len (target verify).
+ * seqlens_expanded[sum q] = concat_s [kv_s - q_s + 1 .. kv_s], each clamped at >= 0.
+ * page_table [n, page_cols] with row stride page_stride (may be NULL: no
+ * expansion) -> page_table_out [sum q, col_limit] with row stride out_stride,
+ * row s repeated q_s times; col_limit <= page_cols (0: page_cols).
+ * seqlens_expanded may be NULL (only the page table is expanded). Outputs must
+ * hold capacity rows (sum q > capacity: CLVARLEN_ERROR_BUFFER_TOO_SMALL);
+ * *total (may be NULL) receives sum q.
+ */
+CLVARLEN_API clvarlen_status clvarlen_seqlens_expand(clvarlen_context *context,
+                                                     const int32_t *kv_len, const int32_t *q_len,
+                                                     int32_t uniform_q_len, int64_t n,
+                                                     const int32_t *page_table, int64_t page_cols,
+                                                     int64_t page_stride, int64_t col_limit,
+                                                     int64_t capacity, int32_t *seqlens_expanded,
+                                                     int32_t *page_table_out, int64_t out_stride,
+                                                     int64_t *total);
+
+/** Per-document context-parallel shard plan (SPEC 2.5) for rank `rank` of `world`. */
+typedef struct clvarlen_cp_plan_out {
+    int32_t *local_cu_seqlens; /**< [n + 1], required: document s has head + tail tokens */
+    int32_t *head_cu;          /**< [n + 1] or NULL: cumulative lengths of chunk `rank` */
+    int32_t *tail_cu;          /**< [n + 1] or NULL: cumulative lengths of chunk 2W-1-rank */
+    int32_t *global_index;     /**< [capacity] or NULL: global token of each local token */
+    int32_t *position;         /**< [capacity] or NULL: position of each local token in its document */
+    int64_t capacity;          /**< rows global_index and position can hold */
+    int64_t local_tokens;      /**< out: local_cu_seqlens[n] */
+    int32_t max_head;          /**< out: longest head half over the documents */
+    int32_t max_tail;          /**< out: longest tail half */
+} clvarlen_cp_plan_out;
+
+CLVARLEN_API clvarlen_status clvarlen_cp_plan(clvarlen_context *context, const int32_t *cu_seqlens,
+                                              int64_t n, int32_t world, int32_t rank,
+                                              clvarlen_cp_plan_out *plan);
+/**
+ * CP gather: this rank's local rows [local_tokens, row] from the global packed
+ * rows [cu_seqlens[n], row], laid out [chunk rank | chunk 2W-1-rank] per
+ * document. local_capacity bounds the output rows.
+ */
+CLVARLEN_API clvarlen_status clvarlen_cp_gather(clvarlen_context *context, clvarlen_dtype dtype,
+                                                int64_t row_elems, const void *global_rows,
+                                                int64_t global_stride, const int32_t *cu_seqlens,
+                                                int64_t n, int32_t world, int32_t rank,
+                                                void *local_rows, int64_t local_stride,
+                                                int64_t local_capacity);
+/**
+ * CP scatter (the backward of the gather): local rows -> global rows.
+ * CLVARLEN_SCATTER_OVERWRITE with CLVARLEN_SCATTER_ZERO_REST gives zeros
+ * elsewhere; CLVARLEN_SCATTER_ACCUMULATE adds into global_rows.
+ */
+CLVARLEN_API clvarlen_status clvarlen_cp_scatter(clvarlen_context *context, clvarlen_dtype dtype,
+                                                 int64_t row_elems, const void *local_rows,
+                                                 int64_t local_stride, const int32_t *cu_seqlens,
+                                                 int64_t n, int32_t world, int32_t rank,
+                                                 void *global_rows, int64_t global_stride,
+                                                 clvarlen_scatter_mode mode, unsigned flags);
+
+/**
+ * gen_seq_lens (SPEC 2.6): out[world][n] int32, each row summing to total,
+ * none negative, identical on every platform for the same seed. u_i is the
+ * top 24 bits of mix64(seed ^ mix64((row << 32) | i)) scaled by 2^-24, where
+ * mix64 is SplitMix64's finaliser applied to x + 0x9E3779B97F4A7C15.
+ * In f32, in this order: w_i = u_i + 0.25/n; S = w_0 + w_1 + ... (left to
+ * right); len_i = rint(w_i / S * total) (round half to even); the last length
+ * absorbs the rounding difference, and if that would make it negative it
+ * becomes 0 and the deficit is taken from the lengths before it, last first.
+ * n >= 1, world >= 1, 0 <= total <= 2^24 (exact in f32).
+ */
+CLVARLEN_API clvarlen_status clvarlen_gen_seq_lens(clvarlen_context *context, uint64_t seed,
+                                                   int32_t world, int32_t n, int64_t total,
+                                                   int32_t *out);
+
+/* ================================================================ varlen attention (SPEC 1) */
+
+/**
+ * Shapes and options of a varlen attention forward call. Initialise with
+ * clvarlen_attention_params_init (which sets every default below), then set
+ * the shapes.
+ *
+ * Tensors (token-major, heads and the last dimension contiguous):
+ *   q [total_q, heads_q, head_dim], k [total_k, heads_kv, head_dim],
+ *   v [total_k, heads_kv, head_dim_v], o [total_q, heads_q, head_dim_v],
+ *   lse [heads_q, total_q] (f32, contiguous).
+ */
+typedef struct clvarlen_attention_params {
+    uint32_t struct_size;  /**< set by init; lets later versions append fields */
+    clvarlen_dtype dtype;  /**< q, k, v and o: f32, f16 or bf16 (arithmetic is f32) */
+    int64_t n_seqs;        /**< N >= 0: cu_seqlens_q and cu_seqlens_k have N + 1 entries */
+    int64_t total_q;       /**< Tq = cu_seqlens_q[N] */
+    int64_t total_k;       /**< Tk = cu_seqlens_k[N] */
+    int32_t heads_q;       /**< Hq > 0 */
+    int32_t heads_kv;      /**< Hk > 0 with Hq % Hk == 0; query head h reads kv head h / (Hq / Hk) */
+    int32_t head_dim;      /**< D of q and k: a multiple of 16 in [16, 256] (64 and 128 fastest) */
+    int32_t head_dim_v;    /**< Dv of v and o, same rule (0: head_dim) */
+    /** Token strides in elements (0 = contiguous: heads * dim). A stride may
+     * exceed the row, for views into a fused qkv projection. */
+    int64_t q_stride, k_stride, v_stride, o_stride;
+    /** Host-known upper bounds of the per-sequence lengths (0 = unknown). The
+     * host-memory entry point checks them; the cl_mem entry point trusts them
+     * (they only bound work sizes). */
+    int32_t max_seqlen_q, max_seqlen_k;
+    float scale;           /**< score scale; 0 = 1/sqrt(head_dim); must be finite */
+    /** Causal masking, aligned bottom-right: with Lq queries and Lk keys in a
+     * sequence, query i sees key j iff j <= i + Lk - Lq. */
+    int causal;
+    /** Sliding window: query i sees key j iff i + d - window_left <= j <= i + d + window_right
+     * (d = Lk - Lq); -1 = unbounded on that side. Combines with causal. */
+    int32_t window_left, window_right;
+    float softcap;         /**< > 0: scores become softcap * tanh(score / softcap); 0 = off */
+} clvarlen_attention_params;
+
+/** Defaults: struct_size set, f32, no sequences, scale 0 (1/sqrt(D)), not
+ * causal, window (-1, -1), no softcap, contiguous strides. */
+CLVARLEN_API void clvarlen_attention_params_init(clvarlen_attention_params *params);
+
+/**
+ * Varlen attention forward (SPEC 1): for each sequence s, the queries
+ * [cu_seqlens_q[s], cu_seqlens_q[s+1]) attend to the keys
+ * [cu_seqlens_k[s], cu_seqlens_k[s+1]) of the same sequence.
+ *
+ * q, k, v: inputs as described by params (dtype). cu_seqlens_q/_k: int32
+ * [N + 1], each starting at 0, non-decreasing, ending at total_q/total_k.
+ * q_pos (may be NULL): int32 [total_q], each query's position within its
+ * sequence's keys; it replaces i + Lk - Lq in the causal and window rules
+ * (context-parallel shards attending to a sequence's full K/V).
+ * o: output [total_q, heads_q, head_dim_v] in dtype (elements between rows of
+ * a strided o are left as they are). lse (may be NULL): f32 [heads_q,
+ * total_q], the natural log of each row's softmax denominator.
+ * A row that sees no key gets o = 0 and lse = -inf. o must not overlap the
+ * inputs. An empty batch (N = 0 or total_q = 0) is a valid no-op.
+ *
+ * Errors: CLVARLEN_ERROR_INVALID_ARGUMENT (NULL, bad shape, stride, scale,
+ * window, softcap or max_seqlen), CLVARLEN_ERROR_INVALID_CU_SEQLENS,
+ * CLVARLEN_ERROR_UNSUPPORTED (dtype or head dim), CLVARLEN_ERROR_OVERFLOW,
+ * and on an OpenCL context the errors of the device (OPENCL, OUT_OF_MEMORY,
+ * KERNEL_NOT_FOUND, KERNEL_BUILD). Nothing is written on error.
+ */
+CLVARLEN_API clvarlen_status clvarlen_attention_forward(clvarlen_context *context,
+                                                        const clvarlen_attention_params *params,
+                                                        const void *q, const void *k, const void *v,
+                                                        const int32_t *cu_seqlens_q,
+                                                        const int32_t *cu_seqlens_k,
+                                                        const int32_t *q_pos, void *o, float *lse);
+/**
+ * N-way merge of partial attention results of the same rows (split KV,
+ * context/ring parallel): o_parts [n_parts, tokens, heads, head_dim_v]
+ * (dtype, contiguous), lse_parts [n_parts, heads, tokens] f32 ->
+ * o [tokens, heads, head_dim_v] (dtype) and lse [heads, tokens] (may be NULL):
+ * lse = log(sum_p exp(lse_p)), o = sum_p exp(lse_p - lse) o_p, in f32.
+ * +inf (and NaN) in lse_parts is read as -inf, and a part with lse -inf is
+ * ignored (its o is not read); rows where every part is -inf (or n_parts = 0)
+ * get o = 0, lse = -inf. n_parts >= 0, tokens >= 0, heads > 0, head_dim_v > 0;
+ * dtype f32, f16 or bf16. The outputs must not overlap the inputs.
+ */
+CLVARLEN_API clvarlen_status clvarlen_attention_merge(clvarlen_context *context,
+                                                      clvarlen_dtype dtype, int64_t n_parts,
+                                                      int64_t tokens, int32_t heads,
+                                                      int32_t head_dim_v, const void *o_parts,
+                                                      const float *lse_parts, void *o, float *lse);
+/**
+ * Two-way merge with separate buffers, the step of ring attention:
+ * (o_a, lse_a) and (o_b, lse_b), each o [tokens, heads, head_dim_v] (dtype)
+ * and lse [heads, tokens] f32, -> (o, lse) with the rules of
+ * clvarlen_attention_merge. lse may be NULL. In place is allowed: o may be
+ * o_a or o_b and lse may be lse_a or lse_b (exactly, not partly overlapping).
+ */
+CLVARLEN_API clvarlen_status clvarlen_attention_merge2(clvarlen_context *context,
+                                                       clvarlen_dtype dtype, int64_t tokens,
+                                                       int32_t heads, int32_t head_dim_v,
+                                                       const void *o_a, const float *lse_a,
+                                                       const void *o_b, const float *lse_b,
+                                                       void *o, float *lse);
+
+/* ================================================================ gated delta rule (SPEC 3) */
+
+/** Layout of a state (and of an intermediate state) within its slot. */
+typedef enum clvarlen_state_layout {
+    CLVARLEN_STATE_VK = 0, /**< [HV, V, K]: pool [slots, HV, V, K] (default, current runtimes) */
+    CLVARLEN_STATE_KV = 1  /**< [HV, K, V]: pool [slots, HV, K, V] */
+} clvarlen_state_layout;
+
+/** How sequences are computed. Every choice gives the SPEC 3 result within SPEC 4's tolerances. */
+typedef enum clvarlen_gdn_algorithm {
+    /** Chunked for sequences at least as long as the device's threshold, token by token for
+     * the others (and for every sequence on devices whose tuning sets no threshold). The choice
+     * is made per sequence, so a sequence's result never depends on the rest of the batch. */
+    CLVARLEN_GDN_AUTO = 0,
+    /** Token by token for every sequence. */
+    CLVARLEN_GDN_RECURRENT = 1,
+    /** Chunked (64-token chunks, WY representation) for every sequence; an OpenCL device
+     * without the local memory it needs returns CLVARLEN_ERROR_UNSUPPORTED. */
+    CLVARLEN_GDN_CHUNKED = 2
+} clvarlen_gdn_algorithm;
+
+/**
+ * Shapes and options of a gated delta rule call; initialise with
+ * clvarlen_gdn_params_init, then set the shapes. Tensors (all token-major,
+ * heads and the last dimension contiguous):
+ *   q, k [T, H, K]; v [T, HV, V]; a, b [T, HV]; o [T, HV, V];
+ *   A_log [HV] f32; dt_bias [HV] (dt_bias_dtype);
+ *   state pool [state_slots, HV, V, K] (or [.., K, V]), slots state_slot_pitch elements apart;
+ *   intermediate states [cache_slots, cache_steps, HV, V, K] (or [.., K, V]), contiguous.
+ */
+typedef struct clvarlen_gdn_params {
+    uint32_t struct_size;          /**< set by init; lets later versions append fields */
+    clvarlen_dtype dtype;          /**< q, k, v, a, b and o: f32, f16 or bf16 (f32 default) */
+    clvarlen_dtype dt_bias_dtype;  /**< dt_bias: f32 (default), f16 or bf16 */
+    clvarlen_dtype state_dtype;    /**< state pool and intermediate states: f32 (default), f16, bf16 */
+    int64_t n_seqs;                /**< N sequences (cu_seqlens has N + 1 entries) */
+    int64_t total_tokens;          /**< T: cu_seqlens[N], or N * fixed_seqlen */
+    int32_t fixed_seqlen;          /**< without cu_seqlens: sequence n is tokens [n L, (n+1) L) */
+    int32_t heads_qk, heads_v;     /**< H and HV; HV % H == 0, value head h reads q/k head h / (HV/H) */
+    int32_t key_dim, value_dim;    /**< K and V, each 1 .. 256 */
+    /** Token strides in elements; 0 = contiguous (H*K, H*K, HV*V, HV, HV, HV*V). Views of one
+     * fused projection pass its row width here. */
+    int64_t q_stride, k_stride, v_stride, a_stride, b_stride, o_stride;
+    clvarlen_state_layout state_layout; /**< of the pool and of the intermediate states */
+    int64_t state_slots;           /**< slots in the pool; state indices must be below it */
+    int64_t state_slot_pitch;      /**< elements from one slot to the next; 0 = HV*K*V */
+    float scale;                   /**< q scale; 0 = 1/sqrt(K); otherwise finite and > 0 */
+    int use_qk_l2norm;             /**< q, k <- x * rsqrt(sum x^2 + 1e-6) per head and token */
+    float softplus_beta;           /**< 1.0 by default; finite and > 0 */
+    float softplus_threshold;      /**< 20.0 by default: softplus(x) = x when beta*x > threshold */
+    int disable_state_update;      /**< read initial states from the pool but never write it */
+    int64_t cache_slots;           /**< target verify: slots of the intermediate-state buffer */
+    int32_t cache_steps;           /**< target verify: steps per slot (>= every sequence's length) */
+    clvarlen_gdn_algorithm algorithm; /**< CLVARLEN_GDN_AUTO by default */
+} clvarlen_gdn_params;
+
+/** Defaults: f32 everywhere, V-major states, scale 0 (1/sqrt(K)), softplus beta 1 and
+ * threshold 20, state update on, AUTO; every shape 0. */
+CLVARLEN_API void clvarlen_gdn_params_init(clvarlen_gdn_params *params);
+
+/**
+ * The fused sigmoid-gating delta-rule update (SPEC 3): for each sequence n
+ * and value head h, the K x V state starts from the pool slot
+ * state_indices[n] (zeros if the index is negative or state_pool is NULL),
+ * each token updates it and emits o, and the final state is written back to
+ * the same slot in the pool's dtype unless the index is negative,
+ * disable_state_update is set or the sequence is empty.
+ *
+ * cu_seqlens [N + 1] (NULL: fixed-length batches of params->fixed_seqlen).
+ * state_pool (may be NULL: zero initial states, nothing written back);
+ * state_indices [N] (NULL with a pool: sequence n uses slot n); an index >=
+ * state_slots is CLVARLEN_ERROR_INDEX_OUT_OF_RANGE. Two sequences naming the
+ * same slot with write-back on leave that slot's contents unspecified.
+ * intermediate_states (may be NULL; target verify): after token j of sequence
+ * n the state is also written to [cache_indices[n], j] (cache_indices NULL:
+ * slot n; negative: skipped); every sequence must have at most cache_steps
+ * tokens. It is independent of disable_state_update and forces the
+ * token-by-token algorithm (CLVARLEN_GDN_CHUNKED with it is
+ * CLVARLEN_ERROR_UNSUPPORTED).
+ * o [T, HV, V] in params->dtype, at o_stride.
+ * With T == 0 the call validates its arguments and does nothing; data
+ * pointers may then be NULL.
+ */
+CLVARLEN_API clvarlen_status clvarlen_gated_delta_rule(clvarlen_context *context,
+                                                       const clvarlen_gdn_params *params,
+                                                       const float *A_log, const void *dt_bias,
+                                                       const void *a, const void *b, const void *q,
+                                                       const void *k, const void *v,
+                                                       const int32_t *cu_seqlens, void *state_pool,
+                                                       const int32_t *state_indices,
+                                                       void *intermediate_states,
+                                                       const int32_t *cache_indices, void *o);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CLVARLEN_H */
