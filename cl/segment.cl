@@ -1,0 +1,1131 @@
+/* segment.cl: the segment family's kernels (SPEC 2), joined after common.clh.
+ *
+ * - section 0: checks (cu_seqlens validity, also used by the other families
+ *   through cv_check_cu_seqlens_device; index and value ranges) setting bits
+ *   of the device-check flag, and per-element maps: lengths, token maps, the
+ *   row-map inversion behind unpack and scatter with ZERO_REST, the CP
+ *   plan's per-token arrays;
+ * - section 1: single-work-group scans (lengths -> cu_seqlens with total and
+ *   capacity, mask counts and indices, the CP plan's offset arrays), each
+ *   validating in a first pass and writing in a second so a failed check
+ *   writes nothing, and seqlens_expanded with the page-table expansion in
+ *   one launch;
+ * - section 2: row copies in units of CV_UNIT bytes: the generic copy (map
+ *   on the source or destination side, fill rows for index -1, an optional
+ *   device-side row count), pack's prefix-form rows, the CP row kernel, and
+ *   the fused forms of the last two (each work-group scans up to
+ *   CV_FUSE_MAX sequences into local memory, then moves rows: one launch);
+ * - section 3: the generic copy and the CP row kernels adding elements of
+ *   CV_DTYPE (unique destinations, f32 or int accumulators), and the ordered
+ *   accumulate for repeated destinations (index order);
+ * - section 4: gen_seq_lens.
+ *
+ * Rows are spread over work-groups with `lpr` lanes per row (a power of two
+ * chosen by the host from the row size), several short rows per group, each
+ * lane loading up to CV_UNROLL units before storing them, and a grid-stride
+ * loop over row blocks so grids stay small. Byte offsets and strides are
+ * ulong; every index is bounds-checked (out of range: flag and skip).
+ * Kernels taking `check` return at once when checks are on and an earlier
+ * kernel raised a flag, so invalid input writes nothing.
+ */
+#pragma OPENCL FP_CONTRACT OFF
+
+/* Sections, so each specialisation compiles only its kernels (PoCL builds
+ * every kernel of a program when the binary cache asks for it):
+ * 0 checks and per-element maps, 1 scans and seqlens_expand, 2 row copies
+ * (-DCV_UNIT), 3 accumulating row kernels (-DCV_DTYPE), 4 gen_seq_lens.
+ * Without -DCV_SECTION everything is compiled. */
+#ifndef CV_SECTION
+#define CV_SECTION -1
+#endif
+#define CV_IN(sec) (CV_SECTION < 0 || CV_SECTION == (sec))
+#if CV_SECTION == 3
+#undef CV_ACC
+#define CV_ACC 1
+#endif
+
+#ifndef CV_UNIT
+#define CV_UNIT 16 /* bytes moved per lane access by the row copies */
+#endif
+#ifndef CV_ACC
+#define CV_ACC 0 /* 1: row kernels add elements of CV_DTYPE instead of copying units */
+#endif
+#ifndef CV_DTYPE
+#define CV_DTYPE CV_DT_F32
+#endif
+#ifndef CV_DT_I32
+#define CV_DT_I32 3
+#endif
+#ifndef CV_SCAN_WG
+#define CV_SCAN_WG 256 /* work-group size of scans and of seqlens_expand */
+#endif
+#ifndef CV_COPY_WG
+#define CV_COPY_WG 256 /* work-group size of the ordered accumulate */
+#endif
+#ifndef CV_FUSE_MAX
+#define CV_FUSE_MAX 2048 /* sequences a fused scan + row kernel keeps in local memory */
+#endif
+#ifndef CV_ACC_ROWS
+#define CV_ACC_ROWS 16 /* destination rows per work-group in the ordered accumulate (<= 32) */
+#endif
+
+#if CV_UNIT == 16
+typedef uint4 cv_unit_t;
+#define CV_UNIT_FILL(f) (f)
+#elif CV_UNIT == 8
+typedef uint2 cv_unit_t;
+#define CV_UNIT_FILL(f) ((f).xy)
+#elif CV_UNIT == 4
+typedef uint cv_unit_t;
+#define CV_UNIT_FILL(f) ((f).x)
+#elif CV_UNIT == 2
+typedef ushort cv_unit_t;
+#define CV_UNIT_FILL(f) ((ushort)(f).x)
+#else
+typedef uchar cv_unit_t;
+#define CV_UNIT_FILL(f) ((uchar)(f).x)
+#endif
+
+/* Element arithmetic of accumulating kernels: f32 accumulators for float
+ * rows (rounded once when stored), wrapping int for i32. */
+#if CV_DTYPE == CV_DT_I32
+typedef int cv_acc_t;
+inline cv_acc_t cv_acc_load(__global const void *p, size_t i)
+{
+    return ((__global const int *)p)[i];
+}
+inline void cv_acc_store(__global void *p, size_t i, cv_acc_t v)
+{
+    ((__global int *)p)[i] = v;
+}
+inline cv_acc_t cv_acc_add(cv_acc_t a, cv_acc_t b)
+{
+    return as_int(as_uint(a) + as_uint(b));
+}
+#define CV_ACC_ZERO 0
+#else
+typedef float cv_acc_t;
+inline cv_acc_t cv_acc_load(__global const void *p, size_t i)
+{
+    return cv_load_f(p, i, CV_DTYPE);
+}
+inline void cv_acc_store(__global void *p, size_t i, cv_acc_t v)
+{
+    cv_store_f(p, i, v, CV_DTYPE);
+}
+inline cv_acc_t cv_acc_add(cv_acc_t a, cv_acc_t b)
+{
+    return a + b;
+}
+#define CV_ACC_ZERO 0.0f
+#endif
+
+/* An earlier check kernel failed: skip (only when checks are on). */
+#define CV_SKIP_ON_FLAG(flag, check)                                                          \
+    do {                                                                                      \
+        if ((check) && (flag) && *(volatile __global int *)(flag) != 0)                       \
+            return;                                                                           \
+    } while (0)
+
+/* A map entry: int32 or int64 table, one of them given (byte offset off). */
+inline long cv_map_at(__global const int *m32, __global const long *m64, ulong off, long i)
+{
+    if (m64)
+        return CV_CPTR(long, m64, off)[i];
+    return CV_CPTR(int, m32, off)[i];
+}
+
+/* Exclusive work-group scan of x over CV_SCAN_WG lanes (Hillis-Steele in
+ * local memory); *total receives the sum of all lanes. All lanes must call.
+ * Scans here give each lane a contiguous block and call this once, so a
+ * kernel has few barriers (PoCL compiles barrier regions slowly). */
+inline long cv_wg_exclusive(long x, __local long *tmp, long *total)
+{
+    uint lid = get_local_id(0);
+    tmp[lid] = x;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint off = 1; off < CV_SCAN_WG; off <<= 1) {
+        long y = lid >= off ? tmp[lid - off] : 0;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        tmp[lid] += y;
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    long r = tmp[lid] - x;
+    *total = tmp[CV_SCAN_WG - 1];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return r;
+}
+
+/* A block of invalid values counts this much: any total reaching it is invalid. */
+#define CV_BAD_SUM (1L << 40)
+
+/* This lane's block [*b0, *b1) of n items split over CV_SCAN_WG lanes. */
+inline void cv_lane_block(long n, long *b0, long *b1)
+{
+    long per = (n + CV_SCAN_WG - 1) / CV_SCAN_WG;
+    *b0 = min((long)get_local_id(0) * per, n);
+    *b1 = min(*b0 + per, n);
+}
+
+/* SPEC 2.5 chunk c of C in a document of length L. */
+inline int cv_chunk_start(int L, int C, int c)
+{
+    int base = L / C, rem = L % C;
+    return c * base + min(c, rem);
+}
+inline int cv_chunk_len(int L, int C, int c)
+{
+    return L / C + (c < L % C ? 1 : 0);
+}
+
+
+/* Global token of local token i of a rank (local_cu from segment_cp_scan). */
+inline long cv_cp_global_of_local(__global const int *cu, __global const int *lcu, int n, int C,
+                                  int rank, long i, int *doc)
+{
+    int s = cv_seq_of_token(lcu, n, (int)i);
+    int L = cu[s + 1] - cu[s];
+    int k = (int)(i - lcu[s]);
+    int nh = cv_chunk_len(L, C, rank);
+    int p = k < nh ? cv_chunk_start(L, C, rank) + k : cv_chunk_start(L, C, C - 1 - rank) + k - nh;
+    *doc = s;
+    return (long)cu[s] + p;
+}
+
+/* cv_seq_of_token on a local-memory copy of cu_seqlens. */
+inline int cv_seq_of_token_local(__local const int *cu, int n, int t)
+{
+    int lo = 0, hi = n;
+    while (hi - lo > 1) {
+        int mid = lo + ((hi - lo) >> 1);
+        if (cu[mid] <= t)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* CP row `it` -> (local row *i, global row *t): over local rows, or over
+ * global rows (*i = -1 where this rank owns nothing). lcu in global or
+ * local memory, hence the two instances. */
+#define CV_DEFINE_CP_MAP(NAME, AS, SEQ_OF)                                                   \
+    inline void NAME(__global const int *g, AS const int *lcu, int n, int C, int rank,      \
+                     int over_global, long it, long *i, long *t)                            \
+    {                                                                                        \
+        if (over_global) {                                                                   \
+            int s = cv_seq_of_token(g, n, (int)it);                                          \
+            int L = g[s + 1] - g[s], p = (int)(it - g[s]);                                   \
+            int hs = cv_chunk_start(L, C, rank), hn = cv_chunk_len(L, C, rank);              \
+            int ts = cv_chunk_start(L, C, C - 1 - rank);                                     \
+            int tn = cv_chunk_len(L, C, C - 1 - rank);                                       \
+            *t = it;                                                                         \
+            if (p >= hs && p < hs + hn)                                                      \
+                *i = (long)lcu[s] + (p - hs);                                                \
+            else if (p >= ts && p < ts + tn)                                                 \
+                *i = (long)lcu[s] + hn + (p - ts);                                           \
+            else                                                                             \
+                *i = -1;                                                                     \
+        } else {                                                                             \
+            int s = SEQ_OF(lcu, n, (int)it);                                                 \
+            int L = g[s + 1] - g[s], k = (int)(it - lcu[s]);                                 \
+            int nh = cv_chunk_len(L, C, rank);                                               \
+            int p = k < nh ? cv_chunk_start(L, C, rank) + k                                  \
+                           : cv_chunk_start(L, C, C - 1 - rank) + k - nh;                    \
+            *i = it;                                                                         \
+            *t = (long)g[s] + p;                                                             \
+        }                                                                                    \
+    }
+CV_DEFINE_CP_MAP(cv_cp_map_global, __global, cv_seq_of_token)
+CV_DEFINE_CP_MAP(cv_cp_map_local, __local, cv_seq_of_token_local)
+
+/* Local length of a document (head + tail chunk), packed head << 32 | tail. */
+inline long cv_cp_parts(__global const int *g, int s, int C, int rank)
+{
+    int L = max(g[s + 1] - g[s], 0);
+    return ((long)cv_chunk_len(L, C, rank) << 32) + cv_chunk_len(L, C, C - 1 - rank);
+}
+
+/* ================================================================ section 0 */
+#if CV_IN(0)
+
+/* cu[0] == 0, non-decreasing, cu[n] == total when total >= 0. */
+__kernel void segment_check_cu(__global const int *cu, ulong cu_off, int n, long total,
+                               __global int *flag)
+{
+    __global const int *c = CV_CPTR(int, cu, cu_off);
+    for (long i = get_global_id(0); i <= n; i += get_global_size(0)) {
+        int v = c[i];
+        if ((i == 0 && v != 0) || (i < n && c[i + 1] < v) ||
+            (i == n && total >= 0 && (long)v != total))
+            cv_flag(flag, CV_CHECK_CU_SEQLENS);
+    }
+}
+
+/* Every value in [lo, hi), or -1 when allowed; else raise `bit`. */
+__kernel void segment_check_range(__global const int *v32, __global const long *v64, ulong off,
+                                  long n, long lo, long hi, int allow_minus1, int bit,
+                                  __global int *flag)
+{
+    for (long i = get_global_id(0); i < n; i += get_global_size(0)) {
+        long v = cv_map_at(v32, v64, off, i);
+        if (!(allow_minus1 && v == -1) && (v < lo || v >= hi))
+            cv_flag(flag, bit);
+    }
+}
+
+__kernel void segment_lengths_from_cu(__global const int *cu, ulong cu_off, int n,
+                                      __global int *lengths, ulong len_off, __global int *flag,
+                                      int check)
+{
+    CV_SKIP_ON_FLAG(flag, check);
+    __global const int *c = CV_CPTR(int, cu, cu_off);
+    __global int *l = CV_PTR(int, lengths, len_off);
+    for (long s = get_global_id(0); s < n; s += get_global_size(0))
+        l[s] = c[s + 1] - c[s];
+}
+
+__kernel void segment_token_maps(__global const int *cu, ulong cu_off, int n, long total,
+                                 __global const int *offsets, ulong offsets_off,
+                                 __global int *seq_id, ulong seq_off, __global int *pos,
+                                 ulong pos_off, __global int *flag, int check)
+{
+    CV_SKIP_ON_FLAG(flag, check);
+    if (n <= 0)
+        return;
+    __global const int *c = CV_CPTR(int, cu, cu_off);
+    for (long t = get_global_id(0); t < total; t += get_global_size(0)) {
+        int s = cv_seq_of_token(c, n, (int)t);
+        if (seq_id)
+            CV_PTR(int, seq_id, seq_off)[t] = s;
+        if (pos) {
+            long p = t - c[s] + (offsets ? CV_CPTR(int, offsets, offsets_off)[s] : 0);
+            CV_PTR(int, pos, pos_off)[t] = (int)p;
+        }
+    }
+}
+
+/* inv[map[i]] = i for map entries in [0, limit); -1 entries are skipped. */
+__kernel void segment_invert_map(__global const int *m32, __global const long *m64, ulong off,
+                                 long n, long limit, __global int *inv, ulong inv_off,
+                                 __global int *flag, int check)
+{
+    CV_SKIP_ON_FLAG(flag, check);
+    for (long i = get_global_id(0); i < n; i += get_global_size(0)) {
+        long m = cv_map_at(m32, m64, off, i);
+        if (m == -1)
+            continue;
+        if (m < 0 || m >= limit) {
+            cv_flag(flag, CV_CHECK_INDEX);
+            continue;
+        }
+        CV_PTR(int, inv, inv_off)[m] = (int)i;
+    }
+}
+
+/* The CP plan's per-token arrays: global_index and position (either may be NULL). */
+__kernel void segment_cp_plan_tokens(__global const int *cu, ulong cu_off, int n, int world,
+                                     int rank, __global const int *local_cu, ulong local_off,
+                                     __global const long *scratch, long capacity,
+                                     __global int *global_index, ulong gi_off,
+                                     __global int *position, ulong pos_off, __global int *flag,
+                                     int check)
+{
+    CV_SKIP_ON_FLAG(flag, check);
+    long total = scratch[0];
+    if (total < 0 || total > capacity || n <= 0)
+        return;
+    __global const int *g = CV_CPTR(int, cu, cu_off);
+    __global const int *lc = CV_CPTR(int, local_cu, local_off);
+    int C = 2 * world;
+    for (long i = get_global_id(0); i < total; i += get_global_size(0)) {
+        int s;
+        long t = cv_cp_global_of_local(g, lc, n, C, rank, i, &s);
+        if (global_index)
+            CV_PTR(int, global_index, gi_off)[i] = (int)t;
+        if (position)
+            CV_PTR(int, position, pos_off)[i] = (int)(t - g[s]);
+    }
+}
+
+#endif /* section 0 */
+
+/* ================================================================ section 1 */
+#if CV_IN(1)
+
+/*
+ * cu[0..n] = exclusive scan of len (n + 1 entries). First pass: every length
+ * in [0, max_len] (max_len < 0: no bound) and the total within int32, else
+ * CV_CHECK_VALUE; the total goes to scratch[0] (-1 when invalid) and to
+ * total_out; a total over capacity (>= 0) raises CV_CHECK_CAPACITY. cu is
+ * written only when everything holds.
+ */
+__kernel __attribute__((reqd_work_group_size(CV_SCAN_WG, 1, 1))) void
+segment_scan_lengths(__global const int *len, ulong len_off, int n, int max_len, long capacity,
+                     __global int *cu, ulong cu_off, __global long *total_out, ulong total_off,
+                     __global long *scratch, __global int *flag, int check)
+{
+    __local long tmp[CV_SCAN_WG];
+    CV_SKIP_ON_FLAG(flag, check);
+    uint lid = get_local_id(0);
+    __global const int *l = CV_CPTR(int, len, len_off);
+    long b0, b1;
+    cv_lane_block(n, &b0, &b1);
+    long sum = 0;
+    for (long i = b0; i < b1; i++) {
+        int v = l[i];
+        if (v < 0 || (max_len >= 0 && v > max_len)) {
+            sum = CV_BAD_SUM;
+            break;
+        }
+        sum += v;
+    }
+    long total;
+    long run = cv_wg_exclusive(sum, tmp, &total);
+    if (total > INT_MAX) {
+        if (lid == 0) {
+            cv_flag(flag, CV_CHECK_VALUE);
+            if (scratch)
+                scratch[0] = -1;
+        }
+        return;
+    }
+    if (lid == 0) {
+        if (scratch)
+            scratch[0] = total;
+        if (total_out)
+            *CV_PTR(long, total_out, total_off) = total;
+    }
+    if (capacity >= 0 && total > capacity) {
+        if (lid == 0)
+            cv_flag(flag, CV_CHECK_CAPACITY);
+        return;
+    }
+    __global int *c = CV_PTR(int, cu, cu_off);
+    for (long i = b0; i < b1; i++) {
+        c[i] = (int)run;
+        run += l[i];
+    }
+    if (lid == 0)
+        c[n] = (int)total;
+}
+
+/*
+ * CP plan offsets: per document, head = chunk rank, tail = chunk 2W-1-rank;
+ * local_cu (required), head_cu and tail_cu (may be NULL) are their
+ * exclusive scans. The local total goes to scratch[0] and total_out; a total
+ * over capacity (>= 0) raises CV_CHECK_CAPACITY and writes nothing else.
+ * Head and tail sums stay below 2^31, so both are scanned packed in a long.
+ */
+__kernel __attribute__((reqd_work_group_size(CV_SCAN_WG, 1, 1))) void
+segment_cp_scan(__global const int *cu, ulong cu_off, int n, int world, int rank, long capacity,
+                __global int *local_cu, ulong local_off, __global int *head_cu, ulong head_off,
+                __global int *tail_cu, ulong tail_off, __global long *total_out, ulong total_off,
+                __global long *scratch, __global int *flag, int check)
+{
+    __local long tmp[CV_SCAN_WG];
+    CV_SKIP_ON_FLAG(flag, check);
+    uint lid = get_local_id(0);
+    int C = 2 * world;
+    __global const int *g = CV_CPTR(int, cu, cu_off);
+    long b0, b1;
+    cv_lane_block(n, &b0, &b1);
+    long sum = 0;
+    for (long s = b0; s < b1; s++)
+        sum += cv_cp_parts(g, (int)s, C, rank);
+    long packed;
+    long run = cv_wg_exclusive(sum, tmp, &packed);
+    long total = (packed >> 32) + (packed & 0xffffffffL);
+    if (lid == 0) {
+        if (scratch)
+            scratch[0] = total;
+        if (total_out)
+            *CV_PTR(long, total_out, total_off) = total;
+    }
+    if (capacity >= 0 && total > capacity) {
+        if (lid == 0)
+            cv_flag(flag, CV_CHECK_CAPACITY);
+        return;
+    }
+    __global int *lc = CV_PTR(int, local_cu, local_off);
+    __global int *hc = head_cu ? CV_PTR(int, head_cu, head_off) : 0;
+    __global int *tc = tail_cu ? CV_PTR(int, tail_cu, tail_off) : 0;
+    /* entries b0..b1-1 from this lane's running sum, entry n by lane 0 */
+    for (long s = b0; s <= b1; s++) {
+        bool last = s == b1;
+        if (last && !(lid == 0))
+            break;
+        long v = last ? packed : run;
+        long e = last ? n : s;
+        int h = (int)(v >> 32), t = (int)(v & 0xffffffffL);
+        lc[e] = h + t;
+        if (hc)
+            hc[e] = h;
+        if (tc)
+            tc[e] = t;
+        if (!last)
+            run += cv_cp_parts(g, (int)s, C, rank);
+    }
+}
+
+/* Pack, mask form: kept elements per batch row (one work-group per row). */
+__kernel __attribute__((reqd_work_group_size(CV_SCAN_WG, 1, 1))) void
+segment_mask_count(__global const uchar *mask, ulong mask_off, int batch, long S,
+                   __global int *counts, ulong counts_off)
+{
+    __local long tmp[CV_SCAN_WG];
+    uint lid = get_local_id(0);
+    long b0, b1;
+    cv_lane_block(S, &b0, &b1);
+    for (int b = get_group_id(0); b < batch; b += get_num_groups(0)) {
+        __global const uchar *m = mask + mask_off + (ulong)b * (ulong)S;
+        long k = 0;
+        for (long s = b0; s < b1; s++)
+            k += m[s] != 0;
+        long total;
+        (void)cv_wg_exclusive(k, tmp, &total);
+        if (lid == 0)
+            CV_PTR(int, counts, counts_off)[b] = (int)total;
+    }
+}
+
+/* Pack, mask form: src_index[cu[b] + rank] = b * S + s for every kept s, in order. */
+__kernel __attribute__((reqd_work_group_size(CV_SCAN_WG, 1, 1))) void
+segment_mask_index(__global const uchar *mask, ulong mask_off, int batch, long S,
+                   __global const int *cu, ulong cu_off, __global const long *scratch,
+                   long capacity, __global long *src_index, ulong si_off, __global int *flag,
+                   int check)
+{
+    __local long tmp[CV_SCAN_WG];
+    CV_SKIP_ON_FLAG(flag, check);
+    long total = scratch[0];
+    if (total < 0 || total > capacity)
+        return;
+    __global const int *c = CV_CPTR(int, cu, cu_off);
+    __global long *si = CV_PTR(long, src_index, si_off);
+    long b0, b1;
+    cv_lane_block(S, &b0, &b1);
+    for (int b = get_group_id(0); b < batch; b += get_num_groups(0)) {
+        __global const uchar *m = mask + mask_off + (ulong)b * (ulong)S;
+        long k = 0;
+        for (long s = b0; s < b1; s++)
+            k += m[s] != 0;
+        long row_total;
+        long t = c[b] + cv_wg_exclusive(k, tmp, &row_total);
+        for (long s = b0; s < b1; s++)
+            if (m[s] != 0 && t < total)
+                si[t++] = (long)b * S + s;
+    }
+}
+
+/* A page-table row copied by `lpr` lanes, each loading up to four entries
+ * (lpr apart) before it stores them, so the loads are in flight together. */
+inline void cv_expand_row(__global int *d, __global const int *s, int cols, uint lane, uint lpr)
+{
+    for (int c0 = lane; c0 < cols; c0 += 4 * lpr) {
+        int v[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            int c = c0 + k * (int)lpr;
+            if (c < cols)
+                v[k] = s[c];
+        }
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            int c = c0 + k * (int)lpr;
+            if (c < cols)
+                d[c] = v[k];
+        }
+    }
+}
+
+inline void cv_expand_row4(__global int4 *d, __global const int4 *s, int units, uint lane,
+                           uint lpr)
+{
+    for (int c0 = lane; c0 < units; c0 += 4 * lpr) {
+        int4 v[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            int c = c0 + k * (int)lpr;
+            if (c < units)
+                v[k] = s[c];
+        }
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            int c = c0 + k * (int)lpr;
+            if (c < units)
+                d[c] = v[k];
+        }
+    }
+}
+
+/*
+ * One launch: every work-group derives the total (n * uniform_q, or the sum
+ * of q_len over lane blocks with one scan, which also gives each lane the
+ * first output row of its sequences) and maps blocks of blk_rows (<=
+ * CV_SCAN_WG, fewer when page rows are long) output rows to (sequence, j)
+ * in local memory. seqlens[row] = max(kv - q + 1 + j, 0);
+ * page_out row <- page_table row s (col_limit columns, page_lpr lanes per
+ * row; as int4 units when page_vec says rows and offsets are 16-byte
+ * aligned). The total goes to total_out; a total over capacity raises
+ * CV_CHECK_CAPACITY and writes no rows. Negative q raise CV_CHECK_VALUE and
+ * count as 0.
+ */
+__kernel __attribute__((reqd_work_group_size(CV_SCAN_WG, 1, 1))) void
+segment_seqlens_expand(__global const int *kv_len, ulong kv_off, __global const int *q_len,
+                       ulong q_off, int uniform_q, int n, __global const int *page_table,
+                       ulong pt_off, long pt_stride, int col_limit, int page_vec, int page_lpr,
+                       int blk_rows,
+                       long capacity,
+                       __global int *seqlens, ulong se_off, __global int *page_out,
+                       ulong po_off, long out_stride, __global long *total_out,
+                       ulong total_off, __global int *flag, int check)
+{
+    __local long tmp[CV_SCAN_WG];
+    __local int row_seq[CV_SCAN_WG];
+    __local int row_j[CV_SCAN_WG];
+    CV_SKIP_ON_FLAG(flag, check);
+    uint lid = get_local_id(0);
+    __global const int *kv = CV_CPTR(int, kv_len, kv_off);
+    __global const int *q = q_len ? CV_CPTR(int, q_len, q_off) : 0;
+    long b0 = 0, b1 = 0, first = 0, total;
+    if (q) {
+        cv_lane_block(n, &b0, &b1);
+        long sum = 0;
+        bool bad = false;
+        for (long s = b0; s < b1; s++) {
+            int v = q[s];
+            bad = bad || v < 0;
+            sum += max(v, 0);
+        }
+        if (bad && get_group_id(0) == 0)
+            cv_flag(flag, CV_CHECK_VALUE);
+        first = cv_wg_exclusive(sum, tmp, &total);
+    } else {
+        total = (long)n * (long)max(uniform_q, 0);
+    }
+    if (get_group_id(0) == 0 && lid == 0) {
+        if (total_out)
+            *CV_PTR(long, total_out, total_off) = total;
+        if (total > capacity)
+            cv_flag(flag, CV_CHECK_CAPACITY);
+    }
+    if (total > capacity)
+        return;
+    __global int *se = seqlens ? CV_PTR(int, seqlens, se_off) : 0;
+    __global int *po = page_out ? CV_PTR(int, page_out, po_off) : 0;
+    __global const int *pt = page_table ? CV_CPTR(int, page_table, pt_off) : 0;
+    blk_rows = clamp(blk_rows, 1, CV_SCAN_WG);
+    long nblk = (total + blk_rows - 1) / blk_rows;
+    for (long blk = get_group_id(0); blk < nblk; blk += get_num_groups(0)) {
+        long row0 = blk * blk_rows;
+        int rows = (int)min((long)blk_rows, total - row0);
+        if (q) {
+            long start = first;
+            for (long s = b0; s < b1 && start < row0 + rows; s++) {
+                long v = max(q[s], 0);
+                long lo = max(start, row0), hi = min(start + v, row0 + rows);
+                for (long r = lo; r < hi; r++) {
+                    row_seq[r - row0] = (int)s;
+                    row_j[r - row0] = (int)(r - start);
+                }
+                start += v;
+            }
+        } else if ((int)lid < rows) {
+            long r = row0 + lid;
+            row_seq[lid] = (int)(r / uniform_q);
+            row_j[lid] = (int)(r % uniform_q);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if ((int)lid < rows && se) {
+            int s = row_seq[lid];
+            long qs = q ? q[s] : uniform_q;
+            long v = (long)kv[s] - qs + 1 + row_j[lid];
+            se[row0 + lid] = (int)max(v, 0L);
+        }
+        if (po && pt) {
+            uint rpg = CV_SCAN_WG / page_lpr;
+            uint sub = lid / page_lpr, lane = lid % page_lpr;
+            for (int k = sub; k < rows; k += rpg) {
+                __global const int *src = pt + (long)row_seq[k] * pt_stride;
+                __global int *d = po + (row0 + k) * out_stride;
+                if (page_vec) /* 16-byte aligned rows of whole int4s */
+                    cv_expand_row4((__global int4 *)d, (__global const int4 *)src,
+                                   col_limit / 4, lane, page_lpr);
+                else
+                    cv_expand_row(d, src, col_limit, lane, page_lpr);
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+}
+
+#endif /* section 1 */
+
+/* ================================================================ sections 2 and 3 */
+#if CV_IN(2) || CV_IN(3)
+
+#ifndef CV_UNROLL
+#define CV_UNROLL 4 /* units each lane loads before it stores (bytes in flight) */
+#endif
+
+/* Row copy by `lpr` lanes: each lane loads up to CV_UNROLL units, lpr apart,
+ * then stores them, so several loads are in flight per lane. */
+inline void cv_copy_row(__global uchar *dst, __global const uchar *src, int units, uint lane,
+                        uint lpr)
+{
+    __global cv_unit_t *d = (__global cv_unit_t *)dst;
+    __global const cv_unit_t *s = (__global const cv_unit_t *)src;
+    for (int u0 = lane; u0 < units; u0 += lpr * CV_UNROLL) {
+        cv_unit_t v[CV_UNROLL];
+#pragma unroll
+        for (int k = 0; k < CV_UNROLL; k++) {
+            int u = u0 + k * (int)lpr;
+            if (u < units)
+                v[k] = s[u];
+        }
+#pragma unroll
+        for (int k = 0; k < CV_UNROLL; k++) {
+            int u = u0 + k * (int)lpr;
+            if (u < units)
+                d[u] = v[k];
+        }
+    }
+}
+
+/* dst += src element-wise (CV_ACC), or a plain copy. */
+inline void cv_move_row(__global uchar *dst, __global const uchar *src, int units, uint lane,
+                        uint lpr)
+{
+#if CV_ACC
+    for (int u = lane; u < units; u += lpr)
+        cv_acc_store(dst, u, cv_acc_add(cv_acc_load(dst, u), cv_acc_load(src, u)));
+#else
+    cv_copy_row(dst, src, units, lane, lpr);
+#endif
+}
+
+/* Fills a row with the 16-byte pattern (zero with CV_ACC). */
+inline void cv_fill_row(__global uchar *dst, uint4 fill, int units, uint lane, uint lpr)
+{
+#if CV_ACC
+    for (int u = lane; u < units; u += lpr)
+        cv_acc_store(dst, u, CV_ACC_ZERO);
+#else
+    cv_unit_t f = CV_UNIT_FILL(fill);
+    for (int u = lane; u < units; u += lpr)
+        ((__global cv_unit_t *)dst)[u] = f;
+#endif
+}
+
+/*
+ * Row i of n_rows: with map_dst == 0, dst row i <- src row map[i]; with
+ * map_dst == 1, dst row map[i] <- src row i (no map: both i). A map entry -1
+ * fills dst row i with `fill` (fill_mode 1, source-side map) or skips the
+ * row; other entries outside the addressed tensor raise CV_CHECK_INDEX and
+ * are skipped. copy_named == 0 fills the -1 rows only. count (may be NULL)
+ * is a device-side row count: rows >= *count are skipped, and nothing is
+ * done when *count is negative or over count_cap. row_units counts CV_UNIT
+ * bytes, or elements of CV_DTYPE with CV_ACC (dst += src, zero fill).
+ */
+__kernel void segment_copy_rows(__global const uchar *src, ulong src_off, ulong src_stride,
+                                long src_rows, __global uchar *dst, ulong dst_off,
+                                ulong dst_stride, long dst_rows, long n_rows, int row_units,
+                                __global const int *map32, __global const long *map64,
+                                ulong map_off, int map_dst, int fill_mode, int copy_named,
+                                uint4 fill, __global const long *count, long count_cap, int lpr,
+                                __global int *flag, int check)
+{
+    CV_SKIP_ON_FLAG(flag, check);
+    long n = n_rows;
+    if (count) {
+        long c = count[0];
+        if (c < 0 || c > count_cap)
+            return;
+        n = min(n, c);
+    }
+    bool has_map = map32 || map64;
+    uint lid = get_local_id(0);
+    uint rpg = get_local_size(0) / lpr;
+    uint sub = lid / lpr, lane = lid % lpr;
+    long nblk = (n + rpg - 1) / rpg;
+    for (long blk = get_group_id(0); blk < nblk; blk += get_num_groups(0)) {
+        long i = blk * rpg + sub;
+        if (i >= n)
+            continue;
+        long m = has_map ? cv_map_at(map32, map64, map_off, i) : i;
+        long s = map_dst ? i : m, d = map_dst ? m : i;
+        if (has_map && m == -1) {
+            if (!map_dst && fill_mode)
+                cv_fill_row(dst + dst_off + (ulong)d * dst_stride, fill, row_units, lane, lpr);
+            continue;
+        }
+        if (m < 0 || m >= (map_dst ? dst_rows : src_rows)) {
+            if (lane == 0)
+                cv_flag(flag, CV_CHECK_INDEX);
+            continue;
+        }
+        if (copy_named)
+            cv_move_row(dst + dst_off + (ulong)d * dst_stride,
+                        src + src_off + (ulong)s * src_stride, row_units, lane, lpr);
+    }
+}
+
+#if !CV_ACC
+/*
+ * Pack, prefix form: packed row t < the scanned total (scratch[0], nothing
+ * when it is negative or over capacity) <- padded row b * S + (t - cu[b])
+ * with b found by upper-bound search in cu; src_index[t] (may be NULL) gets
+ * that row.
+ */
+__kernel void segment_pack_rows(__global const int *cu, ulong cu_off, int batch, long S,
+                                __global const long *scratch, long capacity, long n_rows,
+                                __global const uchar *src, ulong src_off, ulong src_stride,
+                                __global uchar *dst, ulong dst_off, ulong dst_stride,
+                                int row_units, int lpr, __global long *src_index, ulong si_off,
+                                __global int *flag, int check)
+{
+    CV_SKIP_ON_FLAG(flag, check);
+    long total = scratch[0];
+    if (total < 0 || total > capacity || batch <= 0)
+        return;
+    long n = min(n_rows, total);
+    __global const int *c = CV_CPTR(int, cu, cu_off);
+    uint lid = get_local_id(0);
+    uint rpg = get_local_size(0) / lpr;
+    uint sub = lid / lpr, lane = lid % lpr;
+    long nblk = (n + rpg - 1) / rpg;
+    for (long blk = get_group_id(0); blk < nblk; blk += get_num_groups(0)) {
+        long t = blk * rpg + sub;
+        if (t >= n)
+            continue;
+        int b = cv_seq_of_token(c, batch, (int)t);
+        long s = t - c[b];
+        if (s < 0 || s >= S) {
+            if (lane == 0)
+                cv_flag(flag, CV_CHECK_INDEX);
+            continue;
+        }
+        long row = (long)b * S + s;
+        if (src_index && lane == 0)
+            CV_PTR(long, src_index, si_off)[t] = row;
+        cv_copy_row(dst + dst_off + (ulong)t * dst_stride, src + src_off + (ulong)row * src_stride,
+                    row_units, lane, lpr);
+    }
+}
+#endif
+
+/* Moves CP row pair (local i, global t); i < 0 zeroes global row t. */
+inline void cv_cp_move(long i, long t, long local_total, long global_rows, int to_local,
+                       __global uchar *glob, ulong g_off, ulong g_stride, __global uchar *loc,
+                       ulong l_off, ulong l_stride, int row_units, uint lane, uint lpr,
+                       __global int *flag)
+{
+    if (t < 0 || t >= global_rows || i >= local_total) {
+        if (lane == 0)
+            cv_flag(flag, CV_CHECK_INDEX);
+        return;
+    }
+    __global uchar *gr = glob + g_off + (ulong)t * g_stride;
+    if (i < 0) { /* not owned: zero_rest */
+        cv_fill_row(gr, (uint4)(0), row_units, lane, lpr);
+        return;
+    }
+    __global uchar *lr = loc + l_off + (ulong)i * l_stride;
+    if (to_local)
+        cv_move_row(lr, gr, row_units, lane, lpr);
+    else
+        cv_move_row(gr, lr, row_units, lane, lpr);
+}
+
+/*
+ * CP rows. over_global == 0: iterate local rows i < local total (from
+ * scratch) and move global <-> local (to_local: gather; else scatter,
+ * adding with CV_ACC). over_global == 1 (scatter with zero_rest): iterate
+ * global rows t < global_rows; rows this rank does not own are zeroed.
+ * Nothing happens when the local total exceeds local_cap.
+ */
+__kernel void segment_cp_rows(__global const int *cu, ulong cu_off, int n, int world, int rank,
+                              __global const int *local_cu, ulong lcu_off,
+                              __global const long *scratch,
+                              long local_cap, long global_rows, int over_global, int to_local,
+                              __global uchar *glob, ulong g_off, ulong g_stride,
+                              __global uchar *loc, ulong l_off, ulong l_stride, int row_units,
+                              int lpr, __global int *flag, int check)
+{
+    CV_SKIP_ON_FLAG(flag, check);
+    long local_total = scratch[0];
+    if (local_total < 0 || local_total > local_cap || n <= 0)
+        return;
+    __global const int *g = CV_CPTR(int, cu, cu_off);
+    __global const int *lcu = CV_CPTR(int, local_cu, lcu_off);
+    int C = 2 * world;
+    long n_iter = over_global ? global_rows : local_total;
+    uint lid = get_local_id(0);
+    uint rpg = get_local_size(0) / lpr;
+    uint sub = lid / lpr, lane = lid % lpr;
+    long nblk = (n_iter + rpg - 1) / rpg;
+    for (long blk = get_group_id(0); blk < nblk; blk += get_num_groups(0)) {
+        long it = blk * rpg + sub;
+        if (it >= n_iter)
+            continue;
+        long i, t;
+        cv_cp_map_global(g, lcu, n, C, rank, over_global, it, &i, &t);
+        cv_cp_move(i, t, local_total, global_rows, to_local, glob, g_off, g_stride, loc, l_off,
+                   l_stride, row_units, lane, lpr, flag);
+    }
+}
+
+/*
+ * CP rows in one launch for n <= CV_FUSE_MAX: every work-group scans the
+ * documents' local lengths into local memory (one work-group scan), then
+ * moves rows as segment_cp_rows does, searching documents in local memory.
+ * A local total over local_cap raises CV_CHECK_CAPACITY and moves nothing.
+ */
+__kernel __attribute__((reqd_work_group_size(CV_SCAN_WG, 1, 1))) void
+segment_cp_rows_fused(__global const int *cu, ulong cu_off, int n, int world, int rank,
+                      long local_cap, long global_rows, int over_global, int to_local,
+                      __global uchar *glob, ulong g_off, ulong g_stride, __global uchar *loc,
+                      ulong l_off, ulong l_stride, int row_units, int lpr, __global int *flag,
+                      int check)
+{
+    __local int lcu[CV_FUSE_MAX + 1];
+    __local long tmp[CV_SCAN_WG];
+    CV_SKIP_ON_FLAG(flag, check);
+    if (n <= 0 || n > CV_FUSE_MAX)
+        return;
+    __global const int *g = CV_CPTR(int, cu, cu_off);
+    int C = 2 * world;
+    uint lid = get_local_id(0);
+    long b0, b1;
+    cv_lane_block(n, &b0, &b1);
+    long sum = 0;
+    for (long s = b0; s < b1; s++)
+        sum += cv_cp_parts(g, (int)s, C, rank);
+    long packed;
+    long run = cv_wg_exclusive(sum, tmp, &packed);
+    for (long s = b0; s < b1; s++) {
+        lcu[s] = (int)((run >> 32) + (run & 0xffffffffL));
+        run += cv_cp_parts(g, (int)s, C, rank);
+    }
+    long local_total = (packed >> 32) + (packed & 0xffffffffL);
+    if (lid == 0)
+        lcu[n] = (int)local_total;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (local_total > local_cap) {
+        if (lid == 0 && get_group_id(0) == 0)
+            cv_flag(flag, CV_CHECK_CAPACITY);
+        return;
+    }
+    long n_iter = over_global ? global_rows : local_total;
+    uint rpg = CV_SCAN_WG / lpr;
+    uint sub = lid / lpr, lane = lid % lpr;
+    long nblk = (n_iter + rpg - 1) / rpg;
+    for (long blk = get_group_id(0); blk < nblk; blk += get_num_groups(0)) {
+        long it = blk * rpg + sub;
+        if (it >= n_iter)
+            continue;
+        long i, t;
+        cv_cp_map_local(g, lcu, n, C, rank, over_global, it, &i, &t);
+        cv_cp_move(i, t, local_total, global_rows, to_local, glob, g_off, g_stride, loc, l_off,
+                   l_stride, row_units, lane, lpr, flag);
+    }
+}
+
+#if !CV_ACC
+/*
+ * Pack, prefix form, in one launch for batch <= CV_FUSE_MAX: every
+ * work-group scans valid_lens into local memory (validating them: each in
+ * [0, S], total within int32, else CV_CHECK_VALUE and nothing written),
+ * group 0 writes total_out (also when it exceeds capacity, which raises
+ * CV_CHECK_CAPACITY and writes nothing else) and cu, and all groups copy
+ * packed rows t < total from padded row b * S + (t - cu[b]).
+ */
+__kernel __attribute__((reqd_work_group_size(CV_SCAN_WG, 1, 1))) void
+segment_pack_fused(__global const int *lens, ulong lens_off, int batch, long S, long capacity,
+                   __global int *cu, ulong cu_off, __global long *total_out, ulong total_off,
+                   long n_rows, __global const uchar *src, ulong src_off, ulong src_stride,
+                   __global uchar *dst, ulong dst_off, ulong dst_stride, int row_units, int lpr,
+                   __global long *src_index, ulong si_off, __global int *flag, int check)
+{
+    __local int lc[CV_FUSE_MAX + 1];
+    __local long tmp[CV_SCAN_WG];
+    CV_SKIP_ON_FLAG(flag, check);
+    if (batch < 0 || batch > CV_FUSE_MAX)
+        return;
+    uint lid = get_local_id(0);
+    bool first = get_group_id(0) == 0;
+    __global const int *l = CV_CPTR(int, lens, lens_off);
+    long b0, b1;
+    cv_lane_block(batch, &b0, &b1);
+    long sum = 0;
+    for (long b = b0; b < b1; b++) {
+        int v = l[b];
+        if (v < 0 || v > S) {
+            sum = CV_BAD_SUM;
+            break;
+        }
+        sum += v;
+    }
+    long total;
+    long run = cv_wg_exclusive(sum, tmp, &total);
+    if (total > INT_MAX) {
+        if (first && lid == 0)
+            cv_flag(flag, CV_CHECK_VALUE);
+        return;
+    }
+    if (first && lid == 0 && total_out)
+        *CV_PTR(long, total_out, total_off) = total;
+    if (total > capacity) {
+        if (first && lid == 0)
+            cv_flag(flag, CV_CHECK_CAPACITY);
+        return;
+    }
+    for (long b = b0; b < b1; b++) {
+        lc[b] = (int)run;
+        run += l[b];
+    }
+    if (lid == 0)
+        lc[batch] = (int)total;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (first) {
+        __global int *c = CV_PTR(int, cu, cu_off);
+        for (int b = lid; b <= batch; b += CV_SCAN_WG)
+            c[b] = lc[b];
+    }
+    long n = min(n_rows, total);
+    uint rpg = CV_SCAN_WG / lpr;
+    uint sub = lid / lpr, lane = lid % lpr;
+    long nblk = (n + rpg - 1) / rpg;
+    for (long blk = get_group_id(0); blk < nblk; blk += get_num_groups(0)) {
+        long t = blk * rpg + sub;
+        if (t >= n)
+            continue;
+        int b = cv_seq_of_token_local(lc, batch, (int)t);
+        long row = (long)b * S + (t - lc[b]);
+        if (src_index && lane == 0)
+            CV_PTR(long, src_index, si_off)[t] = row;
+        cv_copy_row(dst + dst_off + (ulong)t * dst_stride, src + src_off + (ulong)row * src_stride,
+                    row_units, lane, lpr);
+    }
+}
+#endif
+
+#endif /* sections 2 and 3 */
+
+/* ================================================================ section 3 */
+#if CV_IN(3)
+
+/*
+ * Accumulate with repeated destinations, deterministic: a work-group owns
+ * CV_ACC_ROWS destination rows by CV_COPY_WG columns and walks all indices
+ * in ascending m (uniform loads, no barriers), adding into f32 (or int)
+ * accumulators in local memory that start from dst at a row's first hit;
+ * rows hit are stored (rounded once) at the end, rows never hit are zeroed
+ * with zero_rest. This is the CPU's order exactly. Out-of-range indices are
+ * skipped.
+ */
+__kernel __attribute__((reqd_work_group_size(CV_COPY_WG, 1, 1))) void
+segment_scatter_add_ordered(__global const uchar *src, ulong src_off, ulong src_stride,
+                            __global const int *index, ulong index_off, long n_index,
+                            __global uchar *dst, ulong dst_off, ulong dst_stride, long dst_rows,
+                            int row_elems, int zero_rest, __global int *flag, int check)
+{
+    __local cv_acc_t acc[CV_ACC_ROWS * CV_COPY_WG];
+    CV_SKIP_ON_FLAG(flag, check);
+    uint lid = get_local_id(0);
+    __global const int *ix = CV_CPTR(int, index, index_off);
+    long row_blocks = (dst_rows + CV_ACC_ROWS - 1) / CV_ACC_ROWS;
+    long col_tiles = ((long)row_elems + CV_COPY_WG - 1) / CV_COPY_WG;
+    __local cv_acc_t *mine = acc + lid;
+    for (long blk = get_group_id(0); blk < row_blocks * col_tiles; blk += get_num_groups(0)) {
+        long r0 = (blk / col_tiles) * CV_ACC_ROWS;
+        int col = (int)(blk % col_tiles) * CV_COPY_WG + (int)lid;
+        if (col >= row_elems)
+            continue;
+        uint touched = 0;
+        for (long m = 0; m < n_index; m++) {
+            long r = ix[m];
+            if (r < r0 || r >= r0 + CV_ACC_ROWS || r >= dst_rows)
+                continue;
+            int kk = (int)(r - r0);
+            cv_acc_t x = cv_acc_load(src + src_off + (ulong)m * src_stride, col);
+            if (!(touched & (1u << kk))) {
+                x = cv_acc_add(cv_acc_load(dst + dst_off + (ulong)r * dst_stride, col), x);
+                touched |= 1u << kk;
+            } else {
+                x = cv_acc_add(mine[kk * CV_COPY_WG], x);
+            }
+            mine[kk * CV_COPY_WG] = x;
+        }
+        for (int kk = 0; kk < CV_ACC_ROWS && r0 + kk < dst_rows; kk++) {
+            __global uchar *dr = dst + dst_off + (ulong)(r0 + kk) * dst_stride;
+            if (touched & (1u << kk))
+                cv_acc_store(dr, col, mine[kk * CV_COPY_WG]);
+            else if (zero_rest)
+                cv_acc_store(dr, col, CV_ACC_ZERO);
+        }
+    }
+}
+
+#endif /* section 3 */
+
+/* ================================================================ section 4 */
+#if CV_IN(4)
+
+inline ulong cv_mix64(ulong x)
+{
+    ulong z = x + 0x9E3779B97F4A7C15UL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9UL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBUL;
+    return z ^ (z >> 31);
+}
+
+inline float cv_gen_uniform(ulong seed, uint row, uint i)
+{
+    ulong h = cv_mix64(seed ^ cv_mix64(((ulong)row << 32) | (ulong)i));
+    return (float)(uint)(h >> 40) * 0x1p-24f;
+}
+
+/*
+ * One work-item per row. Bit-identical to the CPU only with correctly
+ * rounded f32 division: the host builds this section with
+ * -cl-fp32-correctly-rounded-divide-sqrt, and computes on the host instead
+ * when the device cannot. FP_CONTRACT is off (top of file) so no product is
+ * fused into an add.
+ */
+__kernel void segment_gen_seq_lens(ulong seed, int world, int n, int total, __global int *out,
+                                   ulong out_off)
+{
+    int row = (int)get_global_id(0);
+    if (row >= world)
+        return;
+    __global int *len = CV_PTR(int, out, out_off) + (long)row * n;
+    float floor_add = 0.25f / (float)n;
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++)
+        sum = sum + (cv_gen_uniform(seed, (uint)row, (uint)i) + floor_add);
+    float total_f = (float)total;
+    long acc = 0;
+    for (int i = 0; i < n; i++) {
+        float ratio = (cv_gen_uniform(seed, (uint)row, (uint)i) + floor_add) / sum;
+        float x = ratio * total_f;
+        int v = (int)rint(x);
+        len[i] = v;
+        acc += v;
+    }
+    long last = (long)len[n - 1] - (acc - total);
+    if (last >= 0) {
+        len[n - 1] = (int)last;
+        return;
+    }
+    len[n - 1] = 0;
+    long deficit = -last;
+    for (int i = n - 2; i >= 0 && deficit > 0; i--) {
+        long take = min((long)len[i], deficit);
+        len[i] = (int)(len[i] - take);
+        deficit -= take;
+    }
+}
+
+#endif /* section 4 */
