@@ -1,0 +1,1274 @@
+/* The public API's contract on the CPU fallback: status strings, version,
+ * dtypes, options, contexts, clvarlen_last_error, and for every segment entry
+ * point every invalid argument of SPEC section 0: the documented status, a
+ * message naming the function, and outputs left exactly as they were.
+ *
+ * This binary makes no OpenCL call of its own: every context is "cpu".
+ */
+#include "test-util.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SENTINEL 0xAB
+
+/* ------------------------------------------------------------ outputs under watch */
+
+typedef struct outs {
+    tu_guarded g[8];
+    int n;
+} outs;
+
+static void *out_add(outs *o, size_t bytes)
+{
+    ck_assert(o->n < 8);
+    o->g[o->n] = tu_guarded_alloc(bytes, SENTINEL);
+    return o->g[o->n++].p;
+}
+
+static void outs_fill(outs *o)
+{
+    for (int i = 0; i < o->n; i++)
+        memset(o->g[i].p, SENTINEL, o->g[i].bytes);
+}
+
+static void outs_untouched(const outs *o, const char *label)
+{
+    for (int i = 0; i < o->n; i++) {
+        const unsigned char *p = o->g[i].p;
+        tu_check(tu_guard_ok(&o->g[i]), "%s: guard band of output %d overwritten", label, i);
+        for (size_t b = 0; b < o->g[i].bytes; b++)
+            tu_check(p[b] == SENTINEL, "%s: output %d byte %zu written (0x%02x)", label, i,
+                     b, p[b]);
+    }
+}
+
+static void outs_free(outs *o)
+{
+    for (int i = 0; i < o->n; i++)
+        tu_guarded_free(&o->g[i]);
+    o->n = 0;
+}
+
+/* The status must be `want` (or `alt` when not CLVARLEN_SUCCESS, where the header leaves the
+ * choice open), with a message on the context (or the thread, for a NULL context) that names
+ * the function. */
+static void check_err(const clvarlen_context *ctx, clvarlen_status got, clvarlen_status want,
+                      clvarlen_status alt, const char *fn, const char *label)
+{
+    const char *msg = clvarlen_last_error(ctx);
+    tu_check(got == want || (alt != CLVARLEN_SUCCESS && got == alt),
+             "%s (%s): got %s, want %s%s%s; message: %s", fn, label,
+             clvarlen_status_name(got), clvarlen_status_name(want),
+             alt != CLVARLEN_SUCCESS ? " or " : "",
+             alt != CLVARLEN_SUCCESS ? clvarlen_status_name(alt) : "", msg ? msg : "(NULL)");
+    tu_check(msg != NULL && msg[0] != '\0', "%s (%s): empty error message", fn, label);
+    tu_check(strstr(msg, fn) != NULL, "%s (%s): message does not name the function: %s", fn,
+             label, msg);
+}
+
+static void check_ok(const clvarlen_context *ctx, clvarlen_status got, const char *label)
+{
+    const char *msg = clvarlen_last_error(ctx);
+    tu_check(got == CLVARLEN_SUCCESS, "%s: got %s: %s", label, clvarlen_status_name(got),
+             msg ? msg : "(NULL)");
+    tu_check(msg != NULL && msg[0] == '\0', "%s: message not cleared after success: %s", label,
+             msg ? msg : "(NULL)");
+}
+
+/* One invalid argument: start from the valid call `ok`, apply `mut`, expect `want`. */
+#define BAD2(fn, mut, want, alt)                                                               \
+    do {                                                                                       \
+        a = ok;                                                                                \
+        mut;                                                                                   \
+        outs_fill(&o);                                                                         \
+        clvarlen_status st_ = call(&a);                                                        \
+        check_err(a.ctx, st_, (want), (alt), (fn), #mut);                                      \
+        outs_untouched(&o, #mut);                                                              \
+    } while (0)
+#define BAD(fn, mut, want) BAD2(fn, mut, want, CLVARLEN_SUCCESS)
+
+#define IA CLVARLEN_ERROR_INVALID_ARGUMENT
+#define ICU CLVARLEN_ERROR_INVALID_CU_SEQLENS
+#define IOR CLVARLEN_ERROR_INDEX_OUT_OF_RANGE
+#define BTS CLVARLEN_ERROR_BUFFER_TOO_SMALL
+#define UNSUP CLVARLEN_ERROR_UNSUPPORTED
+#define BAD_DTYPE ((clvarlen_dtype)99)
+
+/* ------------------------------------------------------------ status, version, dtypes */
+
+START_TEST(api_status_strings)
+{
+    static const char *const names[] = {
+        "CLVARLEN_SUCCESS", "CLVARLEN_ERROR_INVALID_ARGUMENT", "CLVARLEN_ERROR_INVALID_CU_SEQLENS",
+        "CLVARLEN_ERROR_INDEX_OUT_OF_RANGE", "CLVARLEN_ERROR_BUFFER_TOO_SMALL",
+        "CLVARLEN_ERROR_UNSUPPORTED", "CLVARLEN_ERROR_OUT_OF_MEMORY",
+        "CLVARLEN_ERROR_DEVICE_NOT_FOUND", "CLVARLEN_ERROR_OPENCL",
+        "CLVARLEN_ERROR_KERNEL_NOT_FOUND", "CLVARLEN_ERROR_KERNEL_BUILD",
+        "CLVARLEN_ERROR_NO_OPENCL", "CLVARLEN_ERROR_OVERFLOW", "CLVARLEN_ERROR_INTERNAL"};
+    const int n = (int)(sizeof names / sizeof names[0]);
+    ck_assert_int_eq(CLVARLEN_ERROR_INTERNAL + 1, n);
+    for (int s = 0; s < n; s++) {
+        const char *str = clvarlen_status_str((clvarlen_status)s);
+        const char *name = clvarlen_status_name((clvarlen_status)s);
+        ck_assert_ptr_nonnull(str);
+        ck_assert_ptr_nonnull(name);
+        tu_check(str[0] != '\0', "status %d: empty string", s);
+        ck_assert_str_eq(name, names[s]);
+        for (int t = 0; t < s; t++)
+            tu_check(strcmp(str, clvarlen_status_str((clvarlen_status)t)) != 0,
+                     "statuses %d and %d share the string '%s'", s, t, str);
+    }
+    ck_assert_str_eq(clvarlen_status_str(CLVARLEN_SUCCESS), "success");
+    /* Unknown values still get a string, never NULL. */
+    const int unknown[] = {-1, n, 999};
+    for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
+        const char *str = clvarlen_status_str((clvarlen_status)unknown[i]);
+        const char *name = clvarlen_status_name((clvarlen_status)unknown[i]);
+        ck_assert_ptr_nonnull(str);
+        ck_assert_ptr_nonnull(name);
+        ck_assert(str[0] != '\0' && name[0] != '\0');
+    }
+}
+END_TEST
+
+START_TEST(api_version)
+{
+    ck_assert_int_eq(clvarlen_version(), CLVARLEN_VERSION);
+    ck_assert_int_eq(CLVARLEN_VERSION, CLVARLEN_VERSION_ENCODE(CLVARLEN_VERSION_MAJOR,
+                                                               CLVARLEN_VERSION_MINOR,
+                                                               CLVARLEN_VERSION_PATCH));
+    char expect[64];
+    snprintf(expect, sizeof expect, "%d.%d.%d", CLVARLEN_VERSION_MAJOR, CLVARLEN_VERSION_MINOR,
+             CLVARLEN_VERSION_PATCH);
+    ck_assert_ptr_nonnull(clvarlen_version_string());
+    ck_assert_str_eq(clvarlen_version_string(), expect);
+}
+END_TEST
+
+START_TEST(api_dtypes)
+{
+    static const struct {
+        clvarlen_dtype dtype;
+        size_t size;
+        const char *name;
+    } table[] = {
+        {CLVARLEN_DTYPE_F32, 4, "f32"}, {CLVARLEN_DTYPE_F16, 2, "f16"},
+        {CLVARLEN_DTYPE_BF16, 2, "bf16"}, {CLVARLEN_DTYPE_F64, 8, "f64"},
+        {CLVARLEN_DTYPE_I32, 4, "i32"}, {CLVARLEN_DTYPE_I64, 8, "i64"},
+        {CLVARLEN_DTYPE_U8, 1, "u8"},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        ck_assert_uint_eq(clvarlen_dtype_size(table[i].dtype), table[i].size);
+        ck_assert_str_eq(clvarlen_dtype_name(table[i].dtype), table[i].name);
+    }
+    ck_assert_uint_eq(clvarlen_dtype_size(BAD_DTYPE), 0);
+    ck_assert_uint_eq(clvarlen_dtype_size((clvarlen_dtype)-1), 0);
+    ck_assert_str_eq(clvarlen_dtype_name(BAD_DTYPE), "unknown");
+}
+END_TEST
+
+/* ------------------------------------------------------------ options and contexts */
+
+static void quiet_log(clvarlen_log_level level, const char *message, void *user)
+{
+    (void)level;
+    (void)message;
+    (void)user;
+}
+
+START_TEST(api_options)
+{
+    clvarlen_options *o = NULL;
+    check_err(NULL, clvarlen_options_create(NULL), IA, CLVARLEN_SUCCESS, "clvarlen_options_create",
+              "NULL");
+    ck_assert_int_eq(clvarlen_options_create(&o), CLVARLEN_SUCCESS);
+    ck_assert_ptr_nonnull(o);
+
+    check_err(NULL, clvarlen_options_set_device(NULL, "cpu"), IA, 0, "clvarlen_options_set_device",
+              "NULL options");
+    check_err(NULL, clvarlen_options_set_threads(NULL, 1), IA, 0, "clvarlen_options_set_threads",
+              "NULL options");
+    check_err(NULL, clvarlen_options_set_threads(o, -1), IA, 0, "clvarlen_options_set_threads",
+              "threads -1");
+    check_err(NULL, clvarlen_options_set_kernel_path(NULL, "/x"), IA, 0,
+              "clvarlen_options_set_kernel_path", "NULL options");
+    check_err(NULL, clvarlen_options_set_cache_dir(NULL, "off"), IA, 0,
+              "clvarlen_options_set_cache_dir", "NULL options");
+    check_err(NULL, clvarlen_options_set_log(NULL, quiet_log, NULL, CLVARLEN_LOG_ERROR), IA, 0,
+              "clvarlen_options_set_log", "NULL options");
+    check_err(NULL, clvarlen_options_set_log(o, quiet_log, NULL, (clvarlen_log_level)7), IA, 0,
+              "clvarlen_options_set_log", "level 7");
+    check_err(NULL, clvarlen_options_set_log(o, quiet_log, NULL, (clvarlen_log_level)-1), IA, 0,
+              "clvarlen_options_set_log", "level -1");
+    check_err(NULL, clvarlen_options_set_device_checks(NULL, 1), IA, 0,
+              "clvarlen_options_set_device_checks", "NULL options");
+
+    ck_assert_int_eq(clvarlen_options_set_device(o, NULL), CLVARLEN_SUCCESS);
+    ck_assert_int_eq(clvarlen_options_set_device(o, "cpu"), CLVARLEN_SUCCESS);
+    ck_assert_int_eq(clvarlen_options_set_threads(o, 0), CLVARLEN_SUCCESS);
+    ck_assert_int_eq(clvarlen_options_set_threads(o, 2), CLVARLEN_SUCCESS);
+    ck_assert_int_eq(clvarlen_options_set_kernel_path(o, "/nonexistent:/also-not"),
+                     CLVARLEN_SUCCESS);
+    ck_assert_int_eq(clvarlen_options_set_kernel_path(o, NULL), CLVARLEN_SUCCESS);
+    ck_assert_int_eq(clvarlen_options_set_cache_dir(o, "off"), CLVARLEN_SUCCESS);
+    ck_assert_int_eq(clvarlen_options_set_log(o, quiet_log, NULL, CLVARLEN_LOG_DEBUG),
+                     CLVARLEN_SUCCESS);
+    ck_assert_int_eq(clvarlen_options_set_log(o, NULL, NULL, CLVARLEN_LOG_ERROR), CLVARLEN_SUCCESS);
+    ck_assert_int_eq(clvarlen_options_set_device_checks(o, 1), CLVARLEN_SUCCESS);
+    ck_assert_int_eq(clvarlen_options_set_device_checks(o, 0), CLVARLEN_SUCCESS);
+
+    /* The options are copied into the context: destroying them first is fine. */
+    clvarlen_context *ctx = NULL;
+    check_err(NULL, clvarlen_context_create(o, NULL), IA, 0, "clvarlen_context_create",
+              "NULL out");
+    ck_assert_int_eq(clvarlen_context_create(o, &ctx), CLVARLEN_SUCCESS);
+    clvarlen_options_destroy(o);
+    ck_assert_int_eq(clvarlen_context_threads(ctx), 2);
+    clvarlen_context_destroy(ctx);
+
+    clvarlen_options_destroy(NULL);
+    clvarlen_context_destroy(NULL);
+}
+END_TEST
+
+START_TEST(api_context_cpu)
+{
+    clvarlen_context *ctx = tu_cpu_context();
+    clvarlen_device_info info;
+    memset(&info, 0x5C, sizeof info);
+    ck_assert_int_eq(clvarlen_context_device(ctx, &info), CLVARLEN_SUCCESS);
+    ck_assert_int_eq(info.index, -1);
+    ck_assert_int_eq(info.kind, CLVARLEN_DEVICE_CPU_FALLBACK);
+    ck_assert_int_eq(info.vendor, CLVARLEN_VENDOR_CPU);
+    tu_check(memchr(info.device_name, '\0', sizeof info.device_name) != NULL,
+             "device_name not terminated");
+    tu_check(info.device_name[0] != '\0', "empty device name");
+    ck_assert_int_ge(clvarlen_context_threads(ctx), 1);
+    ck_assert_int_eq(clvarlen_context_finish(ctx), CLVARLEN_SUCCESS);
+    check_err(NULL, clvarlen_context_finish(NULL), IA, 0, "clvarlen_context_finish", "NULL");
+    check_err(NULL, clvarlen_context_device(NULL, &info), IA, 0, "clvarlen_context_device", "NULL");
+    check_err(NULL, clvarlen_context_device(ctx, NULL), IA, 0, "clvarlen_context_device",
+              "NULL info");
+
+    clvarlen_device_info cpu;
+    ck_assert_int_eq(clvarlen_device_query(-1, &cpu), CLVARLEN_SUCCESS);
+    ck_assert_int_eq(cpu.index, -1);
+    ck_assert_int_eq(cpu.kind, CLVARLEN_DEVICE_CPU_FALLBACK);
+    check_err(NULL, clvarlen_device_query(-1, NULL), IA, 0, "clvarlen_device_query", "NULL info");
+    check_err(NULL, clvarlen_device_query(-2, &cpu), IA, 0, "clvarlen_device_query", "index -2");
+    check_err(NULL, clvarlen_device_count(NULL), IA, 0, "clvarlen_device_count", "NULL");
+
+    int index = 7;
+    char reason[256] = "";
+    ck_assert_int_eq(clvarlen_device_select("cpu", &index, reason, sizeof reason),
+                     CLVARLEN_SUCCESS);
+    ck_assert_int_eq(index, -1);
+    tu_check(reason[0] != '\0', "device_select gave no reason");
+    ck_assert_int_eq(clvarlen_device_select("CPU", &index, NULL, 0), CLVARLEN_SUCCESS);
+    ck_assert_int_eq(index, -1);
+    clvarlen_context_destroy(ctx);
+}
+END_TEST
+
+START_TEST(api_device_env_cpu)
+{
+    /* CLVARLEN_DEVICE=cpu applies when neither the options nor the call name a device. */
+    setenv("CLVARLEN_DEVICE", "cpu", 1);
+    clvarlen_context *ctx = NULL;
+    ck_assert_int_eq(clvarlen_context_create(NULL, &ctx), CLVARLEN_SUCCESS);
+    clvarlen_device_info info;
+    ck_assert_int_eq(clvarlen_context_device(ctx, &info), CLVARLEN_SUCCESS);
+    ck_assert_int_eq(info.kind, CLVARLEN_DEVICE_CPU_FALLBACK);
+    ck_assert_int_eq(info.index, -1);
+    clvarlen_context_destroy(ctx);
+
+    int index = 3;
+    ck_assert_int_eq(clvarlen_device_select(NULL, &index, NULL, 0), CLVARLEN_SUCCESS);
+    ck_assert_int_eq(index, -1);
+
+    clvarlen_options *o = NULL;
+    ck_assert_int_eq(clvarlen_options_create(&o), CLVARLEN_SUCCESS);
+    ck_assert_int_eq(clvarlen_options_set_threads(o, 1), CLVARLEN_SUCCESS);
+    ck_assert_int_eq(clvarlen_context_create(o, &ctx), CLVARLEN_SUCCESS);
+    ck_assert_int_eq(clvarlen_context_device(ctx, &info), CLVARLEN_SUCCESS);
+    ck_assert_int_eq(info.kind, CLVARLEN_DEVICE_CPU_FALLBACK);
+    ck_assert_int_eq(clvarlen_context_threads(ctx), 1);
+    clvarlen_context_destroy(ctx);
+    clvarlen_options_destroy(o);
+    unsetenv("CLVARLEN_DEVICE");
+}
+END_TEST
+
+typedef struct log_capture {
+    int calls;
+    clvarlen_log_level level;
+    char last[1024];
+} log_capture;
+
+static void capture_log(clvarlen_log_level level, const char *message, void *user)
+{
+    log_capture *c = user;
+    c->calls++;
+    c->level = level;
+    snprintf(c->last, sizeof c->last, "%s", message);
+}
+
+static void *thread_last_error(void *arg)
+{
+    const char **out = arg;
+    *out = clvarlen_last_error(NULL);
+    return NULL;
+}
+
+START_TEST(api_last_error)
+{
+    clvarlen_context *ctx = tu_cpu_context();
+    const char *msg = clvarlen_last_error(ctx);
+    ck_assert_ptr_nonnull(msg);
+    ck_assert_str_eq(msg, "");
+
+    int32_t lengths[2] = {1, -1}, cu[3];
+    ck_assert_int_eq(clvarlen_cu_seqlens_from_lengths(ctx, lengths, 2, cu), IA);
+    msg = clvarlen_last_error(ctx);
+    tu_check(msg[0] != '\0' && strstr(msg, "clvarlen_cu_seqlens_from_lengths"),
+             "message: %s", msg);
+    /* A success on the same context clears it. */
+    lengths[1] = 2;
+    ck_assert_int_eq(clvarlen_cu_seqlens_from_lengths(ctx, lengths, 2, cu), CLVARLEN_SUCCESS);
+    ck_assert_str_eq(clvarlen_last_error(ctx), "");
+
+    /* Calls without a context keep their message per thread. */
+    ck_assert_int_eq(clvarlen_cu_seqlens_from_lengths(NULL, lengths, 2, cu), IA);
+    msg = clvarlen_last_error(NULL);
+    tu_check(msg[0] != '\0' && strstr(msg, "clvarlen_cu_seqlens_from_lengths"),
+             "orphan message: %s", msg);
+    const char *other = NULL;
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, thread_last_error, &other), 0);
+    ck_assert_int_eq(pthread_join(th, NULL), 0);
+    ck_assert_ptr_nonnull(other);
+    tu_check(other[0] == '\0', "another thread sees this thread's message: %s", other);
+    tu_check(clvarlen_last_error(NULL)[0] != '\0', "message lost");
+    /* Errors on a context do not disturb another context. */
+    clvarlen_context *ctx2 = tu_cpu_context();
+    ck_assert_int_eq(clvarlen_cu_seqlens_from_lengths(ctx2, NULL, 2, cu), IA);
+    ck_assert_str_eq(clvarlen_last_error(ctx), "");
+    ck_assert(clvarlen_last_error(ctx2)[0] != '\0');
+    clvarlen_context_destroy(ctx2);
+    clvarlen_context_destroy(ctx);
+
+    /* The error goes to the log handler too, at error level. */
+    log_capture cap;
+    memset(&cap, 0, sizeof cap);
+    clvarlen_options *o = NULL;
+    ck_assert_int_eq(clvarlen_options_create(&o), CLVARLEN_SUCCESS);
+    ck_assert_int_eq(clvarlen_options_set_device(o, "cpu"), CLVARLEN_SUCCESS);
+    ck_assert_int_eq(clvarlen_options_set_log(o, capture_log, &cap, CLVARLEN_LOG_ERROR),
+                     CLVARLEN_SUCCESS);
+    ck_assert_int_eq(clvarlen_context_create(o, &ctx), CLVARLEN_SUCCESS);
+    clvarlen_options_destroy(o);
+    cap.calls = 0;
+    ck_assert_int_eq(clvarlen_cu_seqlens_from_lengths(ctx, lengths, -3, cu), IA);
+    ck_assert_int_ge(cap.calls, 1);
+    ck_assert_int_eq(cap.level, CLVARLEN_LOG_ERROR);
+    ck_assert_str_eq(cap.last, clvarlen_last_error(ctx));
+    clvarlen_context_destroy(ctx);
+}
+END_TEST
+
+/* ------------------------------------------------------------ segment entry points */
+
+typedef struct cu_args {
+    clvarlen_context *ctx;
+    const int32_t *lengths;
+    int64_t n;
+    int32_t *cu;
+} cu_args;
+
+static clvarlen_status call_cu_from_lengths(const cu_args *a)
+{
+    return clvarlen_cu_seqlens_from_lengths(a->ctx, a->lengths, a->n, a->cu);
+}
+
+START_TEST(api_cu_seqlens_from_lengths)
+{
+    const char *fn = "clvarlen_cu_seqlens_from_lengths";
+#define call call_cu_from_lengths
+    clvarlen_context *ctx = tu_cpu_context();
+    static const int32_t lengths[3] = {3, 0, 5}, negative[3] = {3, -1, 5},
+                         huge[3] = {INT32_MAX, 1, 0}, big[3] = {INT32_MAX - 5, 5, 0};
+    outs o = {.n = 0};
+    int32_t *cu = out_add(&o, 4 * sizeof(int32_t));
+    cu_args ok = {ctx, lengths, 3, cu}, a;
+    check_ok(ctx, call(&ok), "valid");
+    ck_assert(cu[0] == 0 && cu[1] == 3 && cu[2] == 3 && cu[3] == 8);
+
+    BAD(fn, a.ctx = NULL, IA);
+    BAD(fn, a.lengths = NULL, IA);
+    BAD(fn, a.cu = NULL, IA);
+    BAD(fn, a.n = -1, IA);
+    BAD(fn, a.lengths = negative, IA);
+    BAD(fn, a.lengths = huge, CLVARLEN_ERROR_OVERFLOW);
+
+    a = ok;
+    a.lengths = big; /* exactly INT32_MAX is fine */
+    check_ok(ctx, call(&a), "sum INT32_MAX");
+    ck_assert_int_eq(cu[3], INT32_MAX);
+
+    /* Empty batch: cu = [0]. */
+    outs_fill(&o);
+    a = ok;
+    a.n = 0;
+    check_ok(ctx, call(&a), "n = 0");
+    ck_assert_int_eq(cu[0], 0);
+    for (size_t b = sizeof(int32_t); b < o.g[0].bytes; b++)
+        ck_assert(((unsigned char *)cu)[b] == SENTINEL);
+    outs_free(&o);
+    clvarlen_context_destroy(ctx);
+#undef call
+}
+END_TEST
+
+typedef struct len_args {
+    clvarlen_context *ctx;
+    const int32_t *cu;
+    int64_t n;
+    int32_t *lengths;
+} len_args;
+
+static clvarlen_status call_lengths_from_cu(const len_args *a)
+{
+    return clvarlen_lengths_from_cu_seqlens(a->ctx, a->cu, a->n, a->lengths);
+}
+
+START_TEST(api_lengths_from_cu_seqlens)
+{
+    const char *fn = "clvarlen_lengths_from_cu_seqlens";
+#define call call_lengths_from_cu
+    clvarlen_context *ctx = tu_cpu_context();
+    static const int32_t cu[4] = {0, 3, 3, 8}, not_zero[4] = {1, 3, 3, 8},
+                         negative0[4] = {-2, 3, 3, 8}, decreasing[4] = {0, 3, 2, 8};
+    outs o = {.n = 0};
+    int32_t *lengths = out_add(&o, 3 * sizeof(int32_t));
+    len_args ok = {ctx, cu, 3, lengths}, a;
+    check_ok(ctx, call(&ok), "valid");
+    ck_assert(lengths[0] == 3 && lengths[1] == 0 && lengths[2] == 5);
+
+    BAD(fn, a.ctx = NULL, IA);
+    BAD(fn, a.cu = NULL, IA);
+    BAD(fn, a.lengths = NULL, IA);
+    BAD(fn, a.n = -1, IA);
+    BAD(fn, a.cu = not_zero, ICU);
+    BAD(fn, a.cu = negative0, ICU);
+    BAD(fn, a.cu = decreasing, ICU);
+
+    outs_fill(&o);
+    a = ok;
+    a.n = 0;
+    check_ok(ctx, call(&a), "n = 0");
+    outs_untouched(&o, "n = 0");
+    outs_free(&o);
+    clvarlen_context_destroy(ctx);
+#undef call
+}
+END_TEST
+
+typedef struct maps_args {
+    clvarlen_context *ctx;
+    const int32_t *cu;
+    int64_t n, total;
+    const int32_t *offsets;
+    int32_t *seq_id, *pos;
+} maps_args;
+
+static clvarlen_status call_token_maps(const maps_args *a)
+{
+    return clvarlen_token_maps(a->ctx, a->cu, a->n, a->total, a->offsets, a->seq_id, a->pos);
+}
+
+START_TEST(api_token_maps)
+{
+    const char *fn = "clvarlen_token_maps";
+#define call call_token_maps
+    clvarlen_context *ctx = tu_cpu_context();
+    static const int32_t cu[4] = {0, 5, 12, 18}, offsets[3] = {0, 100, 7},
+                         not_zero[4] = {2, 5, 12, 18}, decreasing[4] = {0, 12, 5, 18},
+                         zeros[4] = {0, 0, 0, 0};
+    outs o = {.n = 0};
+    int32_t *seq_id = out_add(&o, 18 * sizeof(int32_t));
+    int32_t *pos = out_add(&o, 18 * sizeof(int32_t));
+    maps_args ok = {ctx, cu, 3, 18, offsets, seq_id, pos}, a;
+    check_ok(ctx, call(&ok), "valid");
+
+    BAD(fn, a.ctx = NULL, IA);
+    BAD(fn, a.cu = NULL, IA);
+    BAD(fn, (a.seq_id = NULL, a.pos = NULL), IA);
+    BAD(fn, a.n = -1, IA);
+    BAD(fn, a.total = -1, IA);
+    BAD(fn, a.total = 17, ICU);
+    BAD(fn, a.total = 19, ICU);
+    BAD(fn, a.cu = not_zero, ICU);
+    BAD(fn, a.cu = decreasing, ICU);
+
+    outs_fill(&o);
+    a = ok;
+    a.n = 0;
+    a.total = 0;
+    check_ok(ctx, call(&a), "n = 0");
+    outs_untouched(&o, "n = 0");
+    a = ok;
+    a.cu = zeros;
+    a.total = 0;
+    check_ok(ctx, call(&a), "three empty sequences");
+    outs_untouched(&o, "three empty sequences");
+    outs_free(&o);
+    clvarlen_context_destroy(ctx);
+#undef call
+}
+END_TEST
+
+typedef struct pack_args {
+    clvarlen_context *ctx;
+    clvarlen_dtype dtype;
+    int64_t row_elems;
+    const void *padded;
+    int64_t padded_stride, batch, max_seqlen;
+    const int32_t *valid_lens;
+    const uint8_t *mask;
+    int64_t capacity;
+    void *packed;
+    int32_t *cu;
+    int64_t *src_index, *total;
+} pack_args;
+
+static clvarlen_status call_pack(const pack_args *a)
+{
+    return clvarlen_pack(a->ctx, a->dtype, a->row_elems, a->padded, a->padded_stride, a->batch,
+                         a->max_seqlen, a->valid_lens, a->capacity, a->packed, a->cu,
+                         a->src_index, a->total);
+}
+
+static clvarlen_status call_pack_masked(const pack_args *a)
+{
+    return clvarlen_pack_masked(a->ctx, a->dtype, a->row_elems, a->padded, a->padded_stride,
+                                a->batch, a->max_seqlen, a->mask, a->capacity, a->packed, a->cu,
+                                a->src_index, a->total);
+}
+
+START_TEST(api_pack)
+{
+    const char *fn = "clvarlen_pack";
+#define call call_pack
+    clvarlen_context *ctx = tu_cpu_context();
+    float padded[8 * 3];
+    for (int i = 0; i < 24; i++)
+        padded[i] = (float)i;
+    static const int32_t valid[2] = {2, 4}, too_long[2] = {2, 5}, negative[2] = {-1, 4};
+    outs o = {.n = 0};
+    void *packed = out_add(&o, 6 * 3 * sizeof(float));
+    int32_t *cu = out_add(&o, 3 * sizeof(int32_t));
+    int64_t *src_index = out_add(&o, 6 * sizeof(int64_t));
+    int64_t *total = out_add(&o, sizeof(int64_t));
+    pack_args ok = {ctx, CLVARLEN_DTYPE_F32, 3, padded, 0, 2, 4, valid, NULL, 6,
+                    packed, cu, src_index, total}, a;
+    check_ok(ctx, call(&ok), "valid");
+    ck_assert(*total == 6 && cu[0] == 0 && cu[1] == 2 && cu[2] == 6);
+
+    BAD(fn, a.ctx = NULL, IA);
+    BAD(fn, a.dtype = BAD_DTYPE, IA);
+    BAD(fn, a.row_elems = 0, IA);
+    BAD(fn, a.row_elems = -3, IA);
+    BAD(fn, a.padded = NULL, IA);
+    BAD(fn, a.padded_stride = 2, IA);
+    BAD(fn, a.padded_stride = -3, IA);
+    BAD(fn, a.batch = -1, IA);
+    BAD(fn, a.max_seqlen = -1, IA);
+    BAD(fn, a.valid_lens = NULL, IA);
+    /* valid_lens must lie in [0, max_seqlen]: a size, so INVALID_ARGUMENT; the header does
+     * not name the code, so INDEX_OUT_OF_RANGE is accepted too. */
+    BAD2(fn, a.valid_lens = too_long, IA, IOR);
+    BAD2(fn, a.valid_lens = negative, IA, IOR);
+    BAD(fn, a.capacity = 5, BTS);
+    BAD(fn, a.capacity = -1, IA);
+    BAD(fn, a.packed = NULL, IA);
+    BAD(fn, a.cu = NULL, IA);
+
+    /* src_index and total may be NULL. */
+    a = ok;
+    a.src_index = NULL;
+    a.total = NULL;
+    check_ok(ctx, call(&a), "NULL src_index and total");
+    a = ok;
+    a.capacity = 100; /* more room than needed is fine */
+    check_ok(ctx, call(&a), "capacity 100");
+
+    outs_fill(&o);
+    a = ok;
+    a.batch = 0;
+    check_ok(ctx, call(&a), "batch 0");
+    ck_assert_int_eq(cu[0], 0);
+    ck_assert_int_eq(*total, 0);
+    outs_free(&o);
+    clvarlen_context_destroy(ctx);
+#undef call
+}
+END_TEST
+
+START_TEST(api_pack_masked)
+{
+    const char *fn = "clvarlen_pack_masked";
+#define call call_pack_masked
+    clvarlen_context *ctx = tu_cpu_context();
+    uint16_t padded[8 * 5];
+    for (int i = 0; i < 40; i++)
+        padded[i] = (uint16_t)(i * 77);
+    static const uint8_t mask[8] = {7, 0, 255, 0, 0, 1, 1, 2};
+    outs o = {.n = 0};
+    void *packed = out_add(&o, 5 * 5 * sizeof(uint16_t));
+    int32_t *cu = out_add(&o, 3 * sizeof(int32_t));
+    int64_t *src_index = out_add(&o, 5 * sizeof(int64_t));
+    int64_t *total = out_add(&o, sizeof(int64_t));
+    pack_args ok = {ctx, CLVARLEN_DTYPE_BF16, 5, padded, 0, 2, 4, NULL, mask, 5,
+                    packed, cu, src_index, total}, a;
+    check_ok(ctx, call(&ok), "valid");
+    ck_assert(*total == 5 && cu[1] == 2 && cu[2] == 5);
+    ck_assert(src_index[0] == 0 && src_index[1] == 2 && src_index[2] == 5 && src_index[4] == 7);
+
+    BAD(fn, a.ctx = NULL, IA);
+    BAD(fn, a.dtype = BAD_DTYPE, IA);
+    BAD(fn, a.row_elems = 0, IA);
+    BAD(fn, a.padded = NULL, IA);
+    BAD(fn, a.padded_stride = 4, IA);
+    BAD(fn, a.batch = -1, IA);
+    BAD(fn, a.max_seqlen = -1, IA);
+    BAD(fn, a.mask = NULL, IA);
+    BAD(fn, a.capacity = 4, BTS);
+    BAD(fn, a.capacity = -1, IA);
+    BAD(fn, a.packed = NULL, IA);
+    BAD(fn, a.cu = NULL, IA);
+
+    outs_fill(&o);
+    a = ok;
+    a.batch = 0;
+    check_ok(ctx, call(&a), "batch 0");
+    ck_assert_int_eq(cu[0], 0);
+    ck_assert_int_eq(*total, 0);
+    outs_free(&o);
+    clvarlen_context_destroy(ctx);
+#undef call
+}
+END_TEST
+
+typedef struct unpack_args {
+    clvarlen_context *ctx;
+    clvarlen_dtype dtype;
+    int64_t row_elems;
+    const void *packed;
+    int64_t packed_stride, total;
+    const int64_t *src_index;
+    int64_t batch, max_seqlen;
+    const void *pad_value;
+    void *padded;
+    int64_t padded_stride;
+} unpack_args;
+
+static clvarlen_status call_unpack(const unpack_args *a)
+{
+    return clvarlen_unpack(a->ctx, a->dtype, a->row_elems, a->packed, a->packed_stride, a->total,
+                           a->src_index, a->batch, a->max_seqlen, a->pad_value, a->padded,
+                           a->padded_stride);
+}
+
+START_TEST(api_unpack)
+{
+    const char *fn = "clvarlen_unpack";
+#define call call_unpack
+    clvarlen_context *ctx = tu_cpu_context();
+    float packed[3 * 3];
+    for (int i = 0; i < 9; i++)
+        packed[i] = (float)(i + 1);
+    static const int64_t src_index[3] = {0, 5, 2}, past_end[3] = {0, 8, 2},
+                         negative[3] = {0, -1, 2}, repeated[3] = {0, 5, 0};
+    const float pad = -1.5f;
+    outs o = {.n = 0};
+    float *padded = out_add(&o, 8 * 3 * sizeof(float));
+    unpack_args ok = {ctx, CLVARLEN_DTYPE_F32, 3, packed, 0, 3, src_index, 2, 4, &pad,
+                      padded, 0}, a;
+    check_ok(ctx, call(&ok), "valid");
+    ck_assert(padded[5 * 3 + 1] == 5.0f && padded[1 * 3] == -1.5f);
+
+    BAD(fn, a.ctx = NULL, IA);
+    BAD(fn, a.dtype = BAD_DTYPE, IA);
+    BAD(fn, a.row_elems = 0, IA);
+    BAD(fn, a.packed = NULL, IA);
+    BAD(fn, a.packed_stride = 1, IA);
+    BAD(fn, a.total = -1, IA);
+    BAD(fn, a.src_index = NULL, IA);
+    BAD(fn, a.src_index = past_end, IOR);
+    BAD(fn, a.src_index = negative, IOR);
+    BAD(fn, a.src_index = repeated, IA);
+    BAD(fn, a.batch = -1, IA);
+    BAD(fn, a.max_seqlen = -1, IA);
+    BAD(fn, a.padded = NULL, IA);
+    BAD(fn, a.padded_stride = 2, IA);
+
+    outs_fill(&o);
+    a = ok;
+    a.batch = 0;
+    a.total = 0;
+    check_ok(ctx, call(&a), "batch 0");
+    outs_untouched(&o, "batch 0");
+    outs_free(&o);
+    clvarlen_context_destroy(ctx);
+#undef call
+}
+END_TEST
+
+typedef struct gather_args {
+    clvarlen_context *ctx;
+    clvarlen_dtype dtype;
+    int64_t row_elems;
+    const void *src;
+    int64_t src_rows, src_stride;
+    const int32_t *index;
+    int64_t n_index;
+    void *dst;
+    int64_t dst_stride;
+} gather_args;
+
+static clvarlen_status call_gather(const gather_args *a)
+{
+    return clvarlen_gather_rows(a->ctx, a->dtype, a->row_elems, a->src, a->src_rows,
+                                a->src_stride, a->index, a->n_index, a->dst, a->dst_stride);
+}
+
+START_TEST(api_gather_rows)
+{
+    const char *fn = "clvarlen_gather_rows";
+#define call call_gather
+    clvarlen_context *ctx = tu_cpu_context();
+    float src[4 * 3];
+    for (int i = 0; i < 12; i++)
+        src[i] = (float)(i + 1);
+    static const int32_t index[3] = {2, -1, 0}, past_end[3] = {2, 4, 0},
+                         below[3] = {2, -2, 0};
+    outs o = {.n = 0};
+    float *dst = out_add(&o, 3 * 3 * sizeof(float));
+    gather_args ok = {ctx, CLVARLEN_DTYPE_F32, 3, src, 4, 0, index, 3, dst, 0}, a;
+    check_ok(ctx, call(&ok), "valid");
+    ck_assert(dst[0] == 7.0f && dst[3] == 0.0f && dst[6] == 1.0f);
+
+    BAD(fn, a.ctx = NULL, IA);
+    BAD(fn, a.dtype = BAD_DTYPE, IA);
+    BAD(fn, a.row_elems = 0, IA);
+    BAD(fn, a.row_elems = -1, IA);
+    BAD(fn, a.src = NULL, IA);
+    BAD(fn, a.src_rows = -1, IA);
+    BAD(fn, a.src_stride = 2, IA);
+    BAD(fn, a.src_stride = -3, IA);
+    BAD(fn, a.index = NULL, IA);
+    BAD(fn, a.n_index = -1, IA);
+    BAD(fn, a.dst = NULL, IA);
+    BAD(fn, a.dst_stride = 2, IA);
+    BAD(fn, a.index = past_end, IOR);
+    BAD(fn, a.index = below, IOR);
+    BAD(fn, a.src_rows = 2, IOR); /* index 2 no longer exists */
+
+    outs_fill(&o);
+    a = ok;
+    a.n_index = 0;
+    check_ok(ctx, call(&a), "n_index 0");
+    outs_untouched(&o, "n_index 0");
+    outs_free(&o);
+    clvarlen_context_destroy(ctx);
+#undef call
+}
+END_TEST
+
+typedef struct scatter_args {
+    clvarlen_context *ctx;
+    clvarlen_dtype dtype;
+    int64_t row_elems;
+    const void *src;
+    int64_t src_stride;
+    const int32_t *index;
+    int64_t n_index;
+    void *dst;
+    int64_t dst_rows, dst_stride;
+    clvarlen_scatter_mode mode;
+    unsigned flags;
+} scatter_args;
+
+static clvarlen_status call_scatter(const scatter_args *a)
+{
+    return clvarlen_scatter_rows(a->ctx, a->dtype, a->row_elems, a->src, a->src_stride, a->index,
+                                 a->n_index, a->dst, a->dst_rows, a->dst_stride, a->mode,
+                                 a->flags);
+}
+
+START_TEST(api_scatter_rows)
+{
+    const char *fn = "clvarlen_scatter_rows";
+#define call call_scatter
+    clvarlen_context *ctx = tu_cpu_context();
+    float src[3 * 3 * 2]; /* room for the f64/i64 cases */
+    for (int i = 0; i < 18; i++)
+        src[i] = (float)(i + 1);
+    static const int32_t index[3] = {2, -1, 0}, past_end[3] = {2, 4, 0},
+                         below[3] = {2, -3, 0}, repeated[3] = {2, 2, 0};
+    outs o = {.n = 0};
+    void *dst = out_add(&o, 4 * 3 * sizeof(double));
+    scatter_args ok = {ctx, CLVARLEN_DTYPE_F32, 3, src, 0, index, 3, dst, 4, 0,
+                       CLVARLEN_SCATTER_OVERWRITE, 0}, a;
+    check_ok(ctx, call(&ok), "valid");
+    a = ok;
+    a.flags = CLVARLEN_SCATTER_ZERO_REST;
+    check_ok(ctx, call(&a), "valid, zero rest");
+    a = ok;
+    a.mode = CLVARLEN_SCATTER_ACCUMULATE;
+    a.index = repeated;
+    check_ok(ctx, call(&a), "accumulate with a repeated index");
+    a = ok;
+    a.flags = CLVARLEN_SCATTER_UNIQUE_INDICES;
+    check_ok(ctx, call(&a), "unique indices");
+
+    BAD(fn, a.ctx = NULL, IA);
+    BAD(fn, a.dtype = BAD_DTYPE, IA);
+    BAD(fn, a.row_elems = 0, IA);
+    BAD(fn, a.src = NULL, IA);
+    BAD(fn, a.src_stride = 2, IA);
+    BAD(fn, a.index = NULL, IA);
+    BAD(fn, a.n_index = -1, IA);
+    BAD(fn, a.dst = NULL, IA);
+    BAD(fn, a.dst_rows = -1, IA);
+    BAD(fn, a.dst_stride = 2, IA);
+    BAD(fn, a.index = past_end, IOR);
+    BAD(fn, a.index = below, IOR);
+    BAD(fn, a.dst_rows = 2, IOR);
+    BAD(fn, (a.index = past_end, a.flags = CLVARLEN_SCATTER_ZERO_REST), IOR);
+    BAD(fn, (a.index = past_end, a.mode = CLVARLEN_SCATTER_ACCUMULATE), IOR);
+    BAD(fn, a.index = repeated, IA);
+    BAD(fn, (a.index = repeated, a.flags = CLVARLEN_SCATTER_ZERO_REST), IA);
+    BAD(fn, a.mode = (clvarlen_scatter_mode)5, IA);
+    BAD(fn, a.mode = (clvarlen_scatter_mode)-1, IA);
+    BAD(fn, a.flags = 0x100u, IA);
+    /* Accumulate is f32, f16, bf16 and i32 only; the header leaves the code open between
+     * an invalid request and an unsupported one. */
+    BAD2(fn, (a.mode = CLVARLEN_SCATTER_ACCUMULATE, a.dtype = CLVARLEN_DTYPE_U8), IA, UNSUP);
+    BAD2(fn, (a.mode = CLVARLEN_SCATTER_ACCUMULATE, a.dtype = CLVARLEN_DTYPE_F64), IA, UNSUP);
+    BAD2(fn, (a.mode = CLVARLEN_SCATTER_ACCUMULATE, a.dtype = CLVARLEN_DTYPE_I64), IA, UNSUP);
+
+    outs_fill(&o);
+    a = ok;
+    a.n_index = 0;
+    check_ok(ctx, call(&a), "n_index 0");
+    outs_untouched(&o, "n_index 0");
+    outs_free(&o);
+    clvarlen_context_destroy(ctx);
+#undef call
+}
+END_TEST
+
+typedef struct expand_args {
+    clvarlen_context *ctx;
+    const int32_t *kv_len, *q_len;
+    int32_t uniform_q_len;
+    int64_t n;
+    const int32_t *page_table;
+    int64_t page_cols, page_stride, col_limit, capacity;
+    int32_t *seqlens, *page_out;
+    int64_t out_stride;
+    int64_t *total;
+} expand_args;
+
+static clvarlen_status call_expand(const expand_args *a)
+{
+    return clvarlen_seqlens_expand(a->ctx, a->kv_len, a->q_len, a->uniform_q_len, a->n,
+                                   a->page_table, a->page_cols, a->page_stride, a->col_limit,
+                                   a->capacity, a->seqlens, a->page_out, a->out_stride, a->total);
+}
+
+START_TEST(api_seqlens_expand)
+{
+    const char *fn = "clvarlen_seqlens_expand";
+#define call call_expand
+    clvarlen_context *ctx = tu_cpu_context();
+    static const int32_t kv[3] = {5, 2, 9}, q[3] = {2, 0, 3}, q_negative[3] = {2, -1, 3},
+                         kv_negative[3] = {5, -2, 9};
+    int32_t page_table[3 * 4];
+    for (int i = 0; i < 12; i++)
+        page_table[i] = 100 + i;
+    outs o = {.n = 0};
+    int32_t *seqlens = out_add(&o, 6 * sizeof(int32_t));
+    int32_t *page_out = out_add(&o, 6 * 3 * sizeof(int32_t));
+    int64_t *total = out_add(&o, sizeof(int64_t));
+    expand_args ok = {ctx, kv, q, 0, 3, page_table, 4, 0, 3, 5, seqlens, page_out, 0, total}, a;
+    check_ok(ctx, call(&ok), "valid");
+    ck_assert_int_eq(*total, 5);
+    ck_assert(seqlens[0] == 4 && seqlens[1] == 5 && seqlens[2] == 7 && seqlens[4] == 9);
+    ck_assert(page_out[0] == 100 && page_out[2] == 102 && page_out[3 * 2] == 108);
+
+    BAD(fn, a.ctx = NULL, IA);
+    BAD(fn, a.kv_len = NULL, IA);
+    BAD(fn, a.n = -1, IA);
+    BAD(fn, a.q_len = q_negative, IA);
+    /* A negative KV length is a negative size (the clamp at 0 is for kv < q). */
+    BAD(fn, a.kv_len = kv_negative, IA);
+    BAD(fn, (a.q_len = NULL, a.uniform_q_len = -1), IA);
+    BAD(fn, a.capacity = 4, BTS);
+    BAD(fn, (a.q_len = NULL, a.uniform_q_len = 2), BTS); /* 6 rows > capacity 5 */
+    BAD(fn, a.capacity = -1, IA);
+    BAD(fn, a.page_out = NULL, IA);
+    BAD(fn, a.page_cols = 0, IA);
+    BAD(fn, a.page_cols = -4, IA);
+    BAD(fn, a.col_limit = 5, IA);
+    BAD(fn, a.col_limit = -1, IA);
+    BAD(fn, a.page_stride = 3, IA);
+    BAD(fn, a.out_stride = 2, IA);
+
+    a = ok;
+    a.page_table = NULL; /* no expansion: page arguments are not used */
+    a.page_out = NULL;
+    a.total = NULL;
+    check_ok(ctx, call(&a), "no page table");
+    a = ok;
+    a.q_len = NULL;
+    a.uniform_q_len = 2;
+    a.capacity = 6;
+    check_ok(ctx, call(&a), "uniform q");
+    ck_assert_int_eq(*total, 6);
+
+    outs_fill(&o);
+    a = ok;
+    a.n = 0;
+    check_ok(ctx, call(&a), "n 0");
+    ck_assert_int_eq(*total, 0);
+    memset(total, SENTINEL, sizeof *total);
+    outs_untouched(&o, "n 0");
+    outs_free(&o);
+    clvarlen_context_destroy(ctx);
+#undef call
+}
+END_TEST
+
+typedef struct plan_args {
+    clvarlen_context *ctx;
+    const int32_t *cu;
+    int64_t n;
+    int32_t world, rank;
+    clvarlen_cp_plan_out *plan;
+} plan_args;
+
+static clvarlen_status call_plan(const plan_args *a)
+{
+    return clvarlen_cp_plan(a->ctx, a->cu, a->n, a->world, a->rank, a->plan);
+}
+
+START_TEST(api_cp_plan)
+{
+    const char *fn = "clvarlen_cp_plan";
+#define call call_plan
+    clvarlen_context *ctx = tu_cpu_context();
+    static const int32_t cu[4] = {0, 5, 5, 12}, decreasing[4] = {0, 5, 4, 12},
+                         not_zero[4] = {3, 5, 5, 12};
+    outs o = {.n = 0};
+    /* world 2, rank 1: chunks 1 and 2 of 4; L = 5 -> 1 + 1, L = 0 -> 0, L = 7 -> 2 + 2. */
+    const int64_t local = 6;
+    clvarlen_cp_plan_out plan, *p = out_add(&o, sizeof plan);
+    memset(&plan, 0, sizeof plan);
+    plan.local_cu_seqlens = out_add(&o, 4 * sizeof(int32_t));
+    plan.head_cu = out_add(&o, 4 * sizeof(int32_t));
+    plan.tail_cu = out_add(&o, 4 * sizeof(int32_t));
+    plan.global_index = out_add(&o, local * sizeof(int32_t));
+    plan.position = out_add(&o, local * sizeof(int32_t));
+    plan.capacity = local;
+    /* The struct itself holds outputs (local_tokens, max_head, max_tail): it is watched too,
+     * so each case copies `plan` into the watched bytes first. */
+    plan_args ok = {ctx, cu, 3, 2, 1, p}, a;
+    memcpy(p, &plan, sizeof plan);
+    check_ok(ctx, call(&ok), "valid");
+    ck_assert_int_eq(p->local_tokens, local);
+    ck_assert_int_eq(p->max_head, 2);
+    ck_assert_int_eq(p->max_tail, 2);
+
+#undef BAD
+#define BAD(fn_, mut, want)                                                                    \
+    do {                                                                                       \
+        a = ok;                                                                                \
+        outs_fill(&o);                                                                         \
+        clvarlen_cp_plan_out pl_ = plan;                                                       \
+        pl_.local_tokens = -777;                                                               \
+        pl_.max_head = pl_.max_tail = -777;                                                    \
+        mut;                                                                                   \
+        memcpy(p, &pl_, sizeof pl_);                                                           \
+        clvarlen_status st_ = call(&a);                                                        \
+        check_err(a.ctx, st_, (want), CLVARLEN_SUCCESS, (fn_), #mut);                          \
+        tu_check(memcmp(p, &pl_, sizeof pl_) == 0, "%s: plan struct written", #mut);           \
+        memset(p, SENTINEL, sizeof pl_);                                                       \
+        outs_untouched(&o, #mut);                                                              \
+    } while (0)
+
+    BAD(fn, a.ctx = NULL, IA);
+    BAD(fn, a.cu = NULL, IA);
+    BAD(fn, a.n = -1, IA);
+    BAD(fn, a.world = 0, IA);
+    BAD(fn, a.world = -2, IA);
+    BAD(fn, a.rank = -1, IA);
+    BAD(fn, a.rank = 2, IA);
+    BAD(fn, (a.world = 1, a.rank = 1), IA);
+    BAD(fn, a.cu = decreasing, ICU);
+    BAD(fn, a.cu = not_zero, ICU);
+    BAD(fn, pl_.local_cu_seqlens = NULL, IA);
+    BAD(fn, pl_.capacity = local - 1, BTS);
+    BAD(fn, pl_.capacity = -1, IA);
+    BAD(fn, (pl_.global_index = NULL, pl_.capacity = local - 1), BTS); /* position still needs room */
+    a = ok;
+    clvarlen_cp_plan_out pl = plan;
+    pl.global_index = NULL;
+    pl.position = NULL;
+    pl.capacity = 0;
+    memcpy(p, &pl, sizeof pl);
+    check_ok(ctx, call(&a), "no per-token outputs");
+    ck_assert_int_eq(p->local_tokens, local);
+    check_err(ctx, clvarlen_cp_plan(ctx, cu, 3, 2, 1, NULL), IA, 0, fn, "NULL plan");
+
+    /* Empty batch. */
+    outs_fill(&o);
+    memcpy(p, &plan, sizeof plan);
+    a = ok;
+    a.n = 0;
+    check_ok(ctx, call(&a), "n 0");
+    ck_assert_int_eq(p->local_tokens, 0);
+    ck_assert_int_eq(plan.local_cu_seqlens[0], 0);
+    outs_free(&o);
+    clvarlen_context_destroy(ctx);
+#undef call
+#undef BAD
+#define BAD(fn, mut, want) BAD2(fn, mut, want, CLVARLEN_SUCCESS)
+}
+END_TEST
+
+typedef struct cpg_args {
+    clvarlen_context *ctx;
+    clvarlen_dtype dtype;
+    int64_t row_elems;
+    const void *global;
+    int64_t global_stride;
+    const int32_t *cu;
+    int64_t n;
+    int32_t world, rank;
+    void *local;
+    int64_t local_stride, local_capacity;
+} cpg_args;
+
+static clvarlen_status call_cp_gather(const cpg_args *a)
+{
+    return clvarlen_cp_gather(a->ctx, a->dtype, a->row_elems, a->global, a->global_stride, a->cu,
+                              a->n, a->world, a->rank, a->local, a->local_stride,
+                              a->local_capacity);
+}
+
+START_TEST(api_cp_gather)
+{
+    const char *fn = "clvarlen_cp_gather";
+#define call call_cp_gather
+    clvarlen_context *ctx = tu_cpu_context();
+    static const int32_t cu[4] = {0, 5, 5, 12}, decreasing[4] = {0, 5, 4, 12},
+                         not_zero[4] = {1, 5, 5, 12};
+    float global[12 * 3];
+    for (int i = 0; i < 36; i++)
+        global[i] = (float)i;
+    /* world 2, rank 0: chunks 0 and 3; L = 5 -> 2 + 1, L = 7 -> 2 + 1. */
+    const int64_t local = 6;
+    outs o = {.n = 0};
+    void *dst = out_add(&o, local * 3 * sizeof(float));
+    cpg_args ok = {ctx, CLVARLEN_DTYPE_F32, 3, global, 0, cu, 3, 2, 0, dst, 0, local}, a;
+    check_ok(ctx, call(&ok), "valid");
+
+    BAD(fn, a.ctx = NULL, IA);
+    BAD(fn, a.dtype = BAD_DTYPE, IA);
+    BAD(fn, a.row_elems = 0, IA);
+    BAD(fn, a.global = NULL, IA);
+    BAD(fn, a.global_stride = 2, IA);
+    BAD(fn, a.cu = NULL, IA);
+    BAD(fn, a.n = -1, IA);
+    BAD(fn, a.world = 0, IA);
+    BAD(fn, a.rank = 2, IA);
+    BAD(fn, a.rank = -1, IA);
+    BAD(fn, a.cu = decreasing, ICU);
+    BAD(fn, a.cu = not_zero, ICU);
+    BAD(fn, a.local = NULL, IA);
+    BAD(fn, a.local_stride = 1, IA);
+    BAD(fn, a.local_capacity = local - 1, BTS);
+    BAD(fn, a.local_capacity = -1, IA);
+
+    outs_fill(&o);
+    a = ok;
+    a.n = 0;
+    check_ok(ctx, call(&a), "n 0");
+    outs_untouched(&o, "n 0");
+    outs_free(&o);
+    clvarlen_context_destroy(ctx);
+#undef call
+}
+END_TEST
+
+typedef struct cps_args {
+    clvarlen_context *ctx;
+    clvarlen_dtype dtype;
+    int64_t row_elems;
+    const void *local;
+    int64_t local_stride;
+    const int32_t *cu;
+    int64_t n;
+    int32_t world, rank;
+    void *global;
+    int64_t global_stride;
+    clvarlen_scatter_mode mode;
+    unsigned flags;
+} cps_args;
+
+static clvarlen_status call_cp_scatter(const cps_args *a)
+{
+    return clvarlen_cp_scatter(a->ctx, a->dtype, a->row_elems, a->local, a->local_stride, a->cu,
+                               a->n, a->world, a->rank, a->global, a->global_stride, a->mode,
+                               a->flags);
+}
+
+START_TEST(api_cp_scatter)
+{
+    const char *fn = "clvarlen_cp_scatter";
+#define call call_cp_scatter
+    clvarlen_context *ctx = tu_cpu_context();
+    static const int32_t cu[4] = {0, 5, 5, 12}, decreasing[4] = {0, 5, 4, 12},
+                         not_zero[4] = {1, 5, 5, 12};
+    float local[6 * 3];
+    for (int i = 0; i < 18; i++)
+        local[i] = (float)i;
+    outs o = {.n = 0};
+    void *global = out_add(&o, 12 * 3 * sizeof(float));
+    cps_args ok = {ctx, CLVARLEN_DTYPE_F32, 3, local, 0, cu, 3, 2, 0, global, 0,
+                   CLVARLEN_SCATTER_OVERWRITE, CLVARLEN_SCATTER_ZERO_REST}, a;
+    check_ok(ctx, call(&ok), "valid");
+    a = ok;
+    a.mode = CLVARLEN_SCATTER_ACCUMULATE;
+    a.flags = 0;
+    check_ok(ctx, call(&a), "accumulate");
+
+    BAD(fn, a.ctx = NULL, IA);
+    BAD(fn, a.dtype = BAD_DTYPE, IA);
+    BAD(fn, a.row_elems = 0, IA);
+    BAD(fn, a.local = NULL, IA);
+    BAD(fn, a.local_stride = 2, IA);
+    BAD(fn, a.cu = NULL, IA);
+    BAD(fn, a.n = -1, IA);
+    BAD(fn, a.world = 0, IA);
+    BAD(fn, a.rank = 2, IA);
+    BAD(fn, a.rank = -1, IA);
+    BAD(fn, a.cu = decreasing, ICU);
+    BAD(fn, a.cu = not_zero, ICU);
+    BAD(fn, a.global = NULL, IA);
+    BAD(fn, a.global_stride = 2, IA);
+    BAD(fn, a.mode = (clvarlen_scatter_mode)9, IA);
+    BAD(fn, a.flags = 0x100u, IA);
+    BAD2(fn, (a.mode = CLVARLEN_SCATTER_ACCUMULATE, a.dtype = CLVARLEN_DTYPE_U8), IA, UNSUP);
+
+    outs_fill(&o);
+    a = ok;
+    a.n = 0;
+    a.flags = 0;
+    check_ok(ctx, call(&a), "n 0");
+    outs_untouched(&o, "n 0");
+    outs_free(&o);
+    clvarlen_context_destroy(ctx);
+#undef call
+}
+END_TEST
+
+typedef struct gen_args {
+    clvarlen_context *ctx;
+    uint64_t seed;
+    int32_t world, n;
+    int64_t total;
+    int32_t *out;
+} gen_args;
+
+static clvarlen_status call_gen(const gen_args *a)
+{
+    return clvarlen_gen_seq_lens(a->ctx, a->seed, a->world, a->n, a->total, a->out);
+}
+
+START_TEST(api_gen_seq_lens)
+{
+    const char *fn = "clvarlen_gen_seq_lens";
+#define call call_gen
+    clvarlen_context *ctx = tu_cpu_context();
+    outs o = {.n = 0};
+    int32_t *out = out_add(&o, 2 * 4 * sizeof(int32_t));
+    gen_args ok = {ctx, 1, 2, 4, 100, out}, a;
+    check_ok(ctx, call(&ok), "valid");
+    ck_assert_int_eq(out[0] + out[1] + out[2] + out[3], 100);
+
+    BAD(fn, a.ctx = NULL, IA);
+    BAD(fn, a.out = NULL, IA);
+    BAD(fn, a.world = 0, IA);
+    BAD(fn, a.world = -1, IA);
+    BAD(fn, a.n = 0, IA);
+    BAD(fn, a.n = -4, IA);
+    BAD(fn, a.total = -1, IA);
+    /* total must be exact in f32; past 2^24 is out of the documented domain. */
+    BAD2(fn, a.total = (1 << 24) + 1, IA, CLVARLEN_ERROR_OVERFLOW);
+
+    a = ok;
+    a.total = 1 << 24;
+    a.world = 1;
+    check_ok(ctx, call(&a), "total 2^24");
+    a = ok;
+    a.total = 0;
+    check_ok(ctx, call(&a), "total 0");
+    for (int i = 0; i < 8; i++)
+        ck_assert_int_eq(out[i], 0);
+    outs_free(&o);
+    clvarlen_context_destroy(ctx);
+#undef call
+}
+END_TEST
+
+static Suite *api_suite(void)
+{
+    Suite *s = suite_create("api");
+    TCase *tc = tcase_create("basics");
+    tcase_add_test(tc, api_status_strings);
+    tcase_add_test(tc, api_version);
+    tcase_add_test(tc, api_dtypes);
+    tcase_add_test(tc, api_options);
+    tcase_add_test(tc, api_context_cpu);
+    tcase_add_test(tc, api_device_env_cpu);
+    tcase_add_test(tc, api_last_error);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("segment-arguments");
+    tcase_add_test(tc, api_cu_seqlens_from_lengths);
+    tcase_add_test(tc, api_lengths_from_cu_seqlens);
+    tcase_add_test(tc, api_token_maps);
+    tcase_add_test(tc, api_pack);
+    tcase_add_test(tc, api_pack_masked);
+    tcase_add_test(tc, api_unpack);
+    tcase_add_test(tc, api_gather_rows);
+    tcase_add_test(tc, api_scatter_rows);
+    tcase_add_test(tc, api_seqlens_expand);
+    tcase_add_test(tc, api_cp_plan);
+    tcase_add_test(tc, api_cp_gather);
+    tcase_add_test(tc, api_cp_scatter);
+    tcase_add_test(tc, api_gen_seq_lens);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return tu_run_suite(api_suite());
+}
