@@ -1,0 +1,403 @@
+/* The gated delta rule (SPEC 3) on an OpenCL device (PoCL in CI), against the
+ * float64 oracle: the CPU suite's cases with the token-by-token and the
+ * chunked algorithms, chunked against token-by-token, per-sequence selection
+ * under AUTO, and the cl_mem entry point (offsets, events, device checks).
+ * The runner makes no OpenCL call: the device probe runs in a child, and
+ * contexts are made inside the (forked) tests. */
+#include "config.h"
+
+#include "test-util.h"
+#include "gated-delta-ref.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <clvarlen/clvarlen-cl.h>
+
+static clvarlen_context *ctx;
+
+static void setup(void)
+{
+    ctx = tu_cl_context();
+}
+
+static void teardown(void)
+{
+    clvarlen_context_destroy(ctx);
+    ctx = NULL;
+}
+
+#define ALG(i) ((i) ? CLVARLEN_GDN_CHUNKED : CLVARLEN_GDN_RECURRENT)
+
+START_TEST(seed_varlen_vs_fixed)
+{
+    gdn_t_seed_varlen_vs_fixed(ctx, ALG(_i));
+}
+END_TEST
+
+START_TEST(seed_state_indices)
+{
+    gdn_t_seed_state_indices(ctx, ALG(_i));
+}
+END_TEST
+
+START_TEST(sweep_recurrent)
+{
+    gdn_t_sweep(ctx, _i, CLVARLEN_GDN_RECURRENT);
+}
+END_TEST
+
+/* three sweep cases again, chunked: first-use compiles (about 10 s each on
+ * PoCL) are the cost of this suite, so chunked variants are few */
+START_TEST(sweep_chunked)
+{
+    gdn_t_sweep(ctx, 2 * _i + 1, CLVARLEN_GDN_CHUNKED);
+}
+END_TEST
+
+START_TEST(strided_bitwise)
+{
+    gdn_t_strided_bitwise(ctx, ALG(_i));
+}
+END_TEST
+
+START_TEST(target_verify)
+{
+    gdn_t_target_verify(ctx);
+}
+END_TEST
+
+START_TEST(large_heads)
+{
+    gdn_t_large_heads(ctx, ALG(_i));
+}
+END_TEST
+
+START_TEST(errors)
+{
+    gdn_t_errors(ctx);
+}
+END_TEST
+
+START_TEST(empty)
+{
+    gdn_t_empty(ctx);
+}
+END_TEST
+
+/* Chunked and token by token agree with each other within SPEC 4, over
+ * lengths that cross 64 and are not multiples of it. */
+START_TEST(chunked_vs_recurrent)
+{
+    static const int32_t lengths[6] = {200, 64, 65, 1, 0, 127};
+    static const int32_t idx[6] = {5, 0, -1, 2, 3, 1};
+    const clvarlen_dtype dts[3] = {CLVARLEN_DTYPE_F32, CLVARLEN_DTYPE_BF16, CLVARLEN_DTYPE_F16};
+    gdn_case_cfg cfg = gdn_cfg_default();
+    cfg.seed = 81 + (uint64_t)_i;
+    cfg.H = 2;
+    cfg.HV = 8;
+    cfg.K = 16; /* the seeds' head dims: programs compiled once serve both */
+    cfg.V = 24;
+    cfg.n = 6;
+    cfg.lengths = lengths;
+    cfg.use_pool = 1;
+    cfg.slots = 6;
+    cfg.indices = idx;
+    cfg.l2norm = 1;
+    cfg.dtype = dts[_i];
+    cfg.layout = _i == 1 ? CLVARLEN_STATE_KV : CLVARLEN_STATE_VK;
+    gdn_case rec, chk;
+    cfg.algorithm = CLVARLEN_GDN_RECURRENT;
+    gdn_case_make(&rec, &cfg);
+    cfg.algorithm = CLVARLEN_GDN_CHUNKED;
+    gdn_case_make(&chk, &cfg);
+    gdn_run_and_check(ctx, &rec, "recurrent");
+    gdn_run_and_check(ctx, &chk, "chunked");
+
+    const clvarlen_gdn_params *p = &rec.p;
+    const int64_t T = p->total_tokens, row = p->heads_v * p->value_dim;
+    double num = 0.0, den = 0.0;
+    for (int64_t t = 0; t < T; t++) {
+        const void *a = gdn_case_o_row(&rec, t), *b = gdn_case_o_row(&chk, t);
+        for (int64_t j = 0; j < row; j++) {
+            double x = tu_get(a, p->dtype, (size_t)j), y = tu_get(b, p->dtype, (size_t)j);
+            num += (x - y) * (x - y);
+            den += x * x;
+        }
+    }
+    const double rel = sqrt(num / den), tol = gdn_tolerance(p->dtype, 200);
+    ck_assert_msg(rel <= tol, "%s: chunked vs token by token: rel_l2 %.3g > %.3g",
+                  clvarlen_dtype_name(p->dtype), rel, tol);
+    gdn_case_free(&rec);
+    gdn_case_free(&chk);
+}
+END_TEST
+
+/* AUTO chooses per sequence: a batch with a long sequence (past the
+ * threshold) and short ones runs both kernels, and each sequence's result
+ * equals running it alone. */
+START_TEST(auto_per_sequence)
+{
+    /* a threshold below the long sequence (the device tables keep AUTO token by
+     * token); the library reads it per call, and this runs in a forked child */
+    setenv("CLVARLEN_GDN_TUNING", "min=100", 1);
+    static const int32_t lengths[4] = {3, 700, 0, 1};
+    gdn_case_cfg cfg = gdn_cfg_default();
+    cfg.seed = 91;
+    cfg.n = 4;
+    cfg.lengths = lengths;
+    cfg.use_pool = 1;
+    cfg.slots = 4;
+    cfg.l2norm = 1;
+    gdn_case c;
+    gdn_case_make(&c, &cfg);
+    gdn_run_and_check(ctx, &c, "AUTO, mixed lengths");
+    /* the long sequence alone, same data */
+    const int64_t bos = c.cu[1], L = lengths[1], HV = cfg.HV, V = cfg.V, hk = cfg.H * cfg.K;
+    const int64_t head = HV * cfg.K * V;
+    clvarlen_gdn_params p = c.p;
+    p.n_seqs = 1;
+    p.total_tokens = L;
+    p.fixed_seqlen = (int32_t)L;
+    p.state_slots = 1;
+    float *pool = malloc((size_t)head * sizeof(float));
+    float *o = calloc((size_t)(L * HV * V), sizeof(float));
+    ck_assert(pool && o);
+    memcpy(pool, (const float *)c.pool_init + head, (size_t)head * sizeof(float));
+    clvarlen_status st = clvarlen_gated_delta_rule(
+        ctx, &p, c.A_log, c.dt_bias, (const float *)c.a + bos * HV, (const float *)c.b + bos * HV,
+        (const float *)c.q + bos * hk, (const float *)c.k + bos * hk,
+        (const float *)c.v + bos * HV * V, NULL, pool, NULL, NULL, NULL, o);
+    ck_assert_msg(st == CLVARLEN_SUCCESS, "%s", clvarlen_last_error(ctx));
+    ck_assert_msg(memcmp(o, gdn_case_o_row(&c, bos), (size_t)(L * HV * V) * sizeof(float)) == 0,
+                  "the long sequence alone differs from the mixed batch");
+    ck_assert_msg(memcmp(pool, (const float *)(c.pool + GDN_GUARD) + head,
+                         (size_t)head * sizeof(float)) == 0,
+                  "the long sequence's state alone differs from the mixed batch");
+    free(pool);
+    free(o);
+    gdn_case_free(&c);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- cl_mem entry point */
+
+typedef struct dev_case {
+    cl_context clc;
+    cl_command_queue queue;
+    cl_mem buf[13];
+    size_t off;
+} dev_case;
+
+enum { D_ALOG, D_BIAS, D_A, D_B, D_Q, D_K, D_V, D_CU, D_POOL, D_SIDX, D_INTER, D_CIDX, D_O };
+
+static cl_mem dev_buffer(dev_case *d, const void *host, size_t bytes)
+{
+    cl_int err = CL_SUCCESS;
+    cl_mem m = clCreateBuffer(d->clc, CL_MEM_READ_WRITE, bytes + d->off + 64, NULL, &err);
+    ck_assert_int_eq(err, CL_SUCCESS);
+    if (host && bytes)
+        ck_assert_int_eq(clEnqueueWriteBuffer(d->queue, m, CL_TRUE, d->off, bytes, host, 0, NULL,
+                                              NULL),
+                         CL_SUCCESS);
+    return m;
+}
+
+static void dev_make(dev_case *d, clvarlen_context *context, const gdn_case *c, size_t off)
+{
+    memset(d, 0, sizeof *d);
+    d->off = off;
+    cl_device_id dev;
+    ck_assert_int_eq(clvarlen_context_get_cl(context, &d->clc, &dev, &d->queue), CLVARLEN_SUCCESS);
+    const clvarlen_gdn_params *p = &c->p;
+    const size_t es = p->dtype == CLVARLEN_DTYPE_F32 ? 4 : 2;
+    const int64_t T = p->total_tokens, N = p->n_seqs, HV = p->heads_v;
+    const size_t qk = (size_t)(T * (p->q_stride ? p->q_stride : p->heads_qk * p->key_dim)) * es;
+    d->buf[D_ALOG] = dev_buffer(d, c->A_log, (size_t)HV * 4);
+    d->buf[D_BIAS] = dev_buffer(d, c->dt_bias, (size_t)HV * 4);
+    d->buf[D_A] = dev_buffer(d, c->a, (size_t)(T * HV) * es);
+    d->buf[D_B] = dev_buffer(d, c->b, (size_t)(T * HV) * es);
+    d->buf[D_Q] = dev_buffer(d, c->q, qk);
+    d->buf[D_K] = dev_buffer(d, c->k, qk);
+    d->buf[D_V] = dev_buffer(d, c->v, (size_t)(T * HV * p->value_dim) * es);
+    d->buf[D_CU] = dev_buffer(d, c->cu, (size_t)(N + 1) * 4);
+    d->buf[D_POOL] = dev_buffer(d, c->pool_init, c->pool_bytes);
+    d->buf[D_SIDX] = c->indices ? dev_buffer(d, c->indices, (size_t)N * 4) : NULL;
+    d->buf[D_O] = dev_buffer(d, c->o + GDN_GUARD, c->o_bytes);
+}
+
+static clvarlen_status dev_run(clvarlen_context *context, dev_case *d, const gdn_case *c,
+                               cl_event *event)
+{
+    size_t o = d->off;
+    return clvarlen_cl_gated_delta_rule(
+        context, &c->p, d->buf[D_ALOG], o, d->buf[D_BIAS], o, d->buf[D_A], o, d->buf[D_B], o,
+        d->buf[D_Q], o, d->buf[D_K], o, d->buf[D_V], o, d->buf[D_CU], o, d->buf[D_POOL], o,
+        d->buf[D_SIDX], o, NULL, 0, NULL, 0, d->buf[D_O], o, 0, NULL, event);
+}
+
+static void dev_read(dev_case *d, int which, void *host, size_t bytes)
+{
+    ck_assert_int_eq(clEnqueueReadBuffer(d->queue, d->buf[which], CL_TRUE, d->off, bytes, host, 0,
+                                         NULL, NULL),
+                     CL_SUCCESS);
+}
+
+static void dev_free(dev_case *d)
+{
+    for (int i = 0; i < 13; i++)
+        if (d->buf[i])
+            clReleaseMemObject(d->buf[i]);
+}
+
+static gdn_case_cfg cl_mem_cfg(int32_t *lengths, int32_t *idx, clvarlen_gdn_algorithm alg)
+{
+    static const int32_t L[5] = {7, 0, 90, 1, 12};
+    static const int32_t I[5] = {2, 0, -1, 4, 1};
+    memcpy(lengths, L, sizeof L);
+    memcpy(idx, I, sizeof I);
+    gdn_case_cfg cfg = gdn_cfg_default();
+    cfg.seed = 101;
+    cfg.n = 5;
+    cfg.lengths = lengths;
+    cfg.use_pool = 1;
+    cfg.slots = 5;
+    cfg.indices = idx;
+    cfg.l2norm = 1;
+    cfg.algorithm = alg;
+    return cfg;
+}
+
+/* Same results as the host-memory entry point, bitwise, at non-zero offsets;
+ * the returned event completes the operation. */
+START_TEST(cl_mem_matches_host)
+{
+    int32_t lengths[5], idx[5];
+    gdn_case_cfg cfg = cl_mem_cfg(lengths, idx, ALG(_i));
+    gdn_case c;
+    gdn_case_make(&c, &cfg);
+    gdn_run_and_check(ctx, &c, "host entry point");
+
+    dev_case d;
+    dev_make(&d, ctx, &c, 256);
+    cl_event ev = NULL;
+    clvarlen_status st = dev_run(ctx, &d, &c, &ev);
+    ck_assert_msg(st == CLVARLEN_SUCCESS, "%s", clvarlen_last_error(ctx));
+    ck_assert_ptr_nonnull(ev);
+    ck_assert_int_eq(clWaitForEvents(1, &ev), CL_SUCCESS);
+    clReleaseEvent(ev);
+    unsigned char *o = malloc(c.o_bytes + 1), *pool = malloc(c.pool_bytes + 1);
+    ck_assert(o && pool);
+    dev_read(&d, D_O, o, c.o_bytes);
+    dev_read(&d, D_POOL, pool, c.pool_bytes);
+    ck_assert_msg(memcmp(o, c.o + GDN_GUARD, c.o_bytes) == 0, "cl_mem o differs from host path");
+    ck_assert_msg(memcmp(pool, c.pool + GDN_GUARD, c.pool_bytes) == 0,
+                  "cl_mem states differ from host path");
+
+    /* misaligned offsets and short buffers are rejected before anything runs */
+    st = clvarlen_cl_gated_delta_rule(ctx, &c.p, d.buf[D_ALOG], 2, d.buf[D_BIAS], 256, d.buf[D_A],
+                                      256, d.buf[D_B], 256, d.buf[D_Q], 256, d.buf[D_K], 256,
+                                      d.buf[D_V], 256, d.buf[D_CU], 256, d.buf[D_POOL], 256,
+                                      d.buf[D_SIDX], 256, NULL, 0, NULL, 0, d.buf[D_O], 256, 0,
+                                      NULL, NULL);
+    ck_assert_int_eq(st, CLVARLEN_ERROR_INVALID_ARGUMENT);
+    clvarlen_gdn_params big = c.p;
+    big.state_slots = 1000;
+    st = clvarlen_cl_gated_delta_rule(ctx, &big, d.buf[D_ALOG], 256, d.buf[D_BIAS], 256,
+                                      d.buf[D_A], 256, d.buf[D_B], 256, d.buf[D_Q], 256,
+                                      d.buf[D_K], 256, d.buf[D_V], 256, d.buf[D_CU], 256,
+                                      d.buf[D_POOL], 256, d.buf[D_SIDX], 256, NULL, 0, NULL, 0,
+                                      d.buf[D_O], 256, 0, NULL, NULL);
+    ck_assert_int_eq(st, CLVARLEN_ERROR_INVALID_ARGUMENT);
+    free(o);
+    free(pool);
+    dev_free(&d);
+    gdn_case_free(&c);
+}
+END_TEST
+
+/* With device checks on, a device-resident index past the pool or a broken
+ * cu_seqlens returns the error and writes nothing. */
+START_TEST(cl_mem_device_checks)
+{
+    clvarlen_options *opt = NULL;
+    ck_assert_int_eq(clvarlen_options_create(&opt), CLVARLEN_SUCCESS);
+    ck_assert_int_eq(clvarlen_options_set_device(opt, tu_cl_device_spec()), CLVARLEN_SUCCESS);
+    ck_assert_int_eq(clvarlen_options_set_device_checks(opt, 1), CLVARLEN_SUCCESS);
+    clvarlen_context *cctx = NULL;
+    ck_assert_int_eq(clvarlen_context_create(opt, &cctx), CLVARLEN_SUCCESS);
+    clvarlen_options_destroy(opt);
+
+    int32_t lengths[5], idx[5];
+    gdn_case_cfg cfg = cl_mem_cfg(lengths, idx, ALG(_i));
+    gdn_case c;
+    gdn_case_make(&c, &cfg);
+    unsigned char *o = malloc(c.o_bytes + 1), *pool = malloc(c.pool_bytes + 1);
+    ck_assert(o && pool);
+
+    for (int bad = 0; bad < 3; bad++) {
+        gdn_case_reset(&c);
+        if (bad == 0)
+            c.indices[3] = 5; /* past the pool */
+        else if (bad == 1)
+            c.cu[2] = c.cu[1] - 1; /* decreasing */
+        dev_case d;
+        dev_make(&d, cctx, &c, 64);
+        clvarlen_status st = dev_run(cctx, &d, &c, NULL);
+        const clvarlen_status want[3] = {CLVARLEN_ERROR_INDEX_OUT_OF_RANGE,
+                                         CLVARLEN_ERROR_INVALID_CU_SEQLENS, CLVARLEN_SUCCESS};
+        ck_assert_msg(st == want[bad], "case %d: %s (%s)", bad, clvarlen_status_name(st),
+                      clvarlen_last_error(cctx));
+        ck_assert_int_eq(clFinish(d.queue), CL_SUCCESS);
+        dev_read(&d, D_O, o, c.o_bytes);
+        dev_read(&d, D_POOL, pool, c.pool_bytes);
+        const int same = memcmp(o, c.o + GDN_GUARD, c.o_bytes) == 0 &&
+                         memcmp(pool, c.pool_init, c.pool_bytes) == 0;
+        ck_assert_msg(bad == 2 ? !same : same, "case %d: outputs %s", bad,
+                      bad == 2 ? "not written" : "written despite the error");
+        dev_free(&d);
+        c.indices[3] = idx[3];
+        tu_cu_from_lengths(c.lengths, c.p.n_seqs, c.cu);
+    }
+    free(o);
+    free(pool);
+    gdn_case_free(&c);
+    clvarlen_context_destroy(cctx);
+}
+END_TEST
+
+int main(void)
+{
+    if (!tu_probe_opencl_device())
+        return TU_EXIT_SKIP;
+    Suite *s = suite_create("gated-delta-cl");
+    TCase *tc = tcase_create("seeds");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, seed_varlen_vs_fixed, 0, 2);
+    tcase_add_loop_test(tc, seed_state_indices, 0, 2);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("oracle");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, sweep_recurrent, 0, GDN_SWEEP_CASES);
+    tcase_add_loop_test(tc, sweep_chunked, 0, 3);
+    tcase_add_loop_test(tc, strided_bitwise, 0, 2);
+    tcase_add_test(tc, target_verify);
+    tcase_add_loop_test(tc, large_heads, 0, 2);
+    tcase_add_loop_test(tc, chunked_vs_recurrent, 0, 3);
+    tcase_add_test(tc, auto_per_sequence);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("api");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, errors);
+    tcase_add_test(tc, empty);
+    tcase_add_loop_test(tc, cl_mem_matches_host, 0, 2);
+    tcase_add_loop_test(tc, cl_mem_device_checks, 0, 2);
+    suite_add_tcase(s, tc);
+    return tu_run_suite(s);
+}
