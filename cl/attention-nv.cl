@@ -1,0 +1,596 @@
+/* Varlen attention forward on NVIDIA tensor cores (compute capability >= 8.0),
+ * from OpenCL C through inline PTX: mma.sync.m16n8k16 (f16/bf16 inputs, f32
+ * accumulators), ldmatrix and cp.async. The algorithm is FlashAttention-2's:
+ * each warp owns 16 query rows whose Q fragments stay in registers (or, with
+ * Q_SMEM, are re-read from local memory per key tile); K and V tiles of BLOCK_N keys are staged in local memory by cp.async, the V load
+ * overlapping S = Q K^T and the next K load overlapping O += P V; the online
+ * softmax runs on the accumulator fragments, and P goes from the S
+ * accumulators straight into the A operand of the second product.
+ *
+ * Local memory (48 KiB per work-group on NVIDIA): the Q tile is staged once,
+ * moved into registers, and its space is then reused for K and V (Q_SMEM:
+ * Q, K and V side by side). Rows are
+ * padded by 8 elements (16 bytes) so that the 8 row addresses of an ldmatrix
+ * fall in distinct bank groups.
+ *
+ * With -DCV_NV_PTX the warp-wide operations are inline PTX. Without it (any
+ * other device; lib/op-attention.c does this on request) they are emulated
+ * through local memory with work-group barriers, following the PTX ISA's
+ * fragment layouts: the emulation runs the same indexing and softmax code, so
+ * the fragment bookkeeping is tested on PoCL. Every call of a warp-wide
+ * operation is therefore made in work-group-uniform control flow.
+ *
+ * -D: CV_DTYPE (CV_DT_F16 or CV_DT_BF16), HEAD_DIM (multiple of 16, <= 128),
+ * BLOCK_M (a multiple of 16), BLOCK_N (a multiple of 16), Q_SMEM (optional).
+ */
+
+#ifndef CV_DTYPE
+#define CV_DTYPE CV_DT_BF16
+#endif
+#ifndef HEAD_DIM
+#define HEAD_DIM 128
+#endif
+#ifndef BLOCK_M
+#define BLOCK_M 64
+#endif
+#ifndef BLOCK_N
+#define BLOCK_N 64
+#endif
+
+/* Each warp owns WARP_MT m16 tiles (16 * WARP_MT query rows). The loops keep
+ * the general form, but the kernel is built with one: within 48 KiB of local
+ * memory, two tiles per warp (FlashAttention-2's layout at D = 128 needs 64
+ * KiB) force 16- or 32-key tiles and measured slower on an H100. Q_SMEM
+ * keeps the Q tile in local memory and re-reads its fragments per key tile
+ * instead of holding them in registers (fewer registers; faster for short
+ * sequences). */
+#define WARP_MT 1
+#define WARP_ROWS (16 * WARP_MT)
+#define NWARPS (BLOCK_M / WARP_ROWS)
+#define WG_SIZE (NWARPS * 32)
+#define SROW (HEAD_DIM + 8)          /* padded local row, in 16-bit elements */
+#define KSTEPS (HEAD_DIM / 16)       /* k16 steps of S = Q K^T */
+#define NT_S (BLOCK_N / 8)           /* n8 tiles of S */
+#define NT_O (HEAD_DIM / 8)          /* n8 tiles of O */
+#define CPR (HEAD_DIM / 8)           /* 16-byte chunks per row */
+#define Q_ELEMS (BLOCK_M * SROW)
+#define KV_ELEMS (2 * BLOCK_N * SROW)
+#ifndef Q_SMEM
+#define Q_IN_REGS 1
+#define SMEM_ELEMS (Q_ELEMS > KV_ELEMS ? Q_ELEMS : KV_ELEMS)
+#define KV_BASE 0
+#else
+#define Q_IN_REGS 0
+#define SMEM_ELEMS (Q_ELEMS + KV_ELEMS)
+#define KV_BASE Q_ELEMS
+#endif
+
+#ifdef CV_NV_PTX
+#define UNROLL _Pragma("unroll")
+#else
+#define UNROLL
+#endif
+
+/* ------------------------------------------------------------ warp-wide operations */
+
+#ifdef CV_NV_PTX
+
+#define EMU_DECL
+#define EMU_ARG
+#define EMU_PARAM
+
+/* ldmatrix: lane l supplies the address of row (l % 8) of matrix l / 8. */
+inline uint4 ldsm_x4(__local const ushort *p)
+{
+    uint a, b, c, d;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(a), "=r"(b), "=r"(c), "=r"(d)
+                 : "l"((ulong)p)
+                 : "memory");
+    return (uint4)(a, b, c, d);
+}
+
+inline uint4 ldsm_x4_trans(__local const ushort *p)
+{
+    uint a, b, c, d;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(a), "=r"(b), "=r"(c), "=r"(d)
+                 : "l"((ulong)p)
+                 : "memory");
+    return (uint4)(a, b, c, d);
+}
+
+inline float4 mma16816(uint4 a, uint b0, uint b1, float4 c)
+{
+    float d0, d1, d2, d3;
+#if CV_DTYPE == CV_DT_F16
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};"
+                 : "=f"(d0), "=f"(d1), "=f"(d2), "=f"(d3)
+                 : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1), "f"(c.x), "f"(c.y),
+                   "f"(c.z), "f"(c.w));
+#else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};"
+                 : "=f"(d0), "=f"(d1), "=f"(d2), "=f"(d3)
+                 : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1), "f"(c.x), "f"(c.y),
+                   "f"(c.z), "f"(c.w));
+#endif
+    return (float4)(d0, d1, d2, d3);
+}
+
+/* 16 bytes global -> local, asynchronous; src_bytes 0 fills zeros. */
+inline void cp_async16(__local ushort *dst, __global const uchar *src, int src_bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"l"((ulong)dst), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
+}
+
+inline void cp_async_commit(void)
+{
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+inline void cp_async_wait_all(void)
+{
+    asm volatile("cp.async.wait_all;" ::: "memory");
+}
+
+inline float shfl_xor(float x, int mask)
+{
+    uint r;
+    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;"
+                 : "=r"(r)
+                 : "r"(as_uint(x)), "r"(mask));
+    return as_float(r);
+}
+
+/* Two floats -> the packed 16-bit pair (lo in the low half), round to nearest even. */
+inline uint pack2(float lo, float hi)
+{
+    uint r;
+#if CV_DTYPE == CV_DT_F16
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+#else
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+#endif
+    return r;
+}
+
+#else /* emulation: lane scratch in local memory, a barrier around each exchange */
+
+#define EMU_DECL __local uint emu_scratch[WG_SIZE * 6];
+#define EMU_ARG , emu_scratch
+#define EMU_PARAM , __local uint *emu
+
+inline float emu_h2f(ushort h)
+{
+#if CV_DTYPE == CV_DT_F16
+    ushort t[1] = {h};
+    return vload_half(0, (const half *)t);
+#else
+    return cv_bf16_to_float(h);
+#endif
+}
+
+inline ushort emu_f2h(float x)
+{
+#if CV_DTYPE == CV_DT_F16
+    ushort t[1];
+    vstore_half_rte(x, 0, (half *)t);
+    return t[0];
+#else
+    return cv_float_to_bf16(x);
+#endif
+}
+
+inline uint pack2(float lo, float hi)
+{
+    return (uint)emu_f2h(lo) | ((uint)emu_f2h(hi) << 16);
+}
+
+inline float lo_h(uint w)
+{
+    return emu_h2f((ushort)(w & 0xffffu));
+}
+
+inline float hi_h(uint w)
+{
+    return emu_h2f((ushort)(w >> 16));
+}
+
+/* Each lane publishes its address (an element index from the local base); the
+ * lane then reads its fragment: non-transposed, lane l of matrix m holds row
+ * l / 4, columns 2 (l % 4) and 2 (l % 4) + 1; transposed, the same elements
+ * of the transpose. */
+inline uint4 emu_ldsm(__local const ushort *p, __local const ushort *base, int trans,
+                      __local uint *emu)
+{
+    const int lid = get_local_id(0), lane = lid & 31, w0 = lid - lane;
+    emu[lid] = (uint)(p - base);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int g = lane >> 2, t = lane & 3;
+    uint r[4];
+    for (int m = 0; m < 4; m++) {
+        ushort e0, e1;
+        if (!trans) {
+            uint row = emu[w0 + m * 8 + g];
+            e0 = base[row + 2 * t];
+            e1 = base[row + 2 * t + 1];
+        } else {
+            e0 = base[emu[w0 + m * 8 + 2 * t] + g];
+            e1 = base[emu[w0 + m * 8 + 2 * t + 1] + g];
+        }
+        r[m] = (uint)e0 | ((uint)e1 << 16);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return (uint4)(r[0], r[1], r[2], r[3]);
+}
+
+#define ldsm_x4(p) emu_ldsm((p), smem, 0, emu)
+#define ldsm_x4_trans(p) emu_ldsm((p), smem, 1, emu)
+
+/* D = A B + C with the m16n8k16 fragment layouts: A row-major 16x16 in 4
+ * registers per lane (rows g, g+8; columns 2t.., 2t+8..), B 16x8 "col" in 2
+ * registers (rows 2t.., 2t+8..; column g), C/D rows g, g+8 and columns 2t,
+ * 2t+1. */
+inline float4 emu_mma(uint4 a, uint b0, uint b1, float4 c, __local uint *emu)
+{
+    const int lid = get_local_id(0), lane = lid & 31, w0 = lid - lane;
+    __local uint *me = emu + (size_t)lid * 6;
+    me[0] = a.x;
+    me[1] = a.y;
+    me[2] = a.z;
+    me[3] = a.w;
+    me[4] = b0;
+    me[5] = b1;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int g = lane >> 2, t = lane & 3;
+    float out[4] = {c.x, c.y, c.z, c.w};
+    for (int e = 0; e < 4; e++) {
+        const int row = g + (e >= 2 ? 8 : 0), col = 2 * t + (e & 1);
+        float acc = out[e];
+        for (int kk = 0; kk < 16; kk++) {
+            /* A[row][kk]: lane (row % 8) * 4 + (kk % 8) / 2, register (row >= 8) + 2 (kk >= 8) */
+            uint aw = emu[(size_t)(w0 + (row & 7) * 4 + ((kk & 7) >> 1)) * 6 +
+                          (row >= 8 ? 1 : 0) + (kk >= 8 ? 2 : 0)];
+            /* B[kk][col]: lane col * 4 + (kk % 8) / 2, register 4 + (kk >= 8) */
+            uint bw = emu[(size_t)(w0 + col * 4 + ((kk & 7) >> 1)) * 6 + 4 + (kk >= 8 ? 1 : 0)];
+            float av = (kk & 1) ? hi_h(aw) : lo_h(aw);
+            float bv = (kk & 1) ? hi_h(bw) : lo_h(bw);
+            acc += av * bv;
+        }
+        out[e] = acc;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return (float4)(out[0], out[1], out[2], out[3]);
+}
+
+#define mma16816(a, b0, b1, c) emu_mma((a), (b0), (b1), (c), emu)
+
+inline void emu_cp16(__local ushort *dst, __global const uchar *src, int src_bytes)
+{
+    __global const ushort *s = (__global const ushort *)src;
+    for (int i = 0; i < 8; i++)
+        dst[i] = src_bytes ? s[i] : (ushort)0;
+}
+
+#define cp_async16(d, s, n) emu_cp16((d), (s), (n))
+#define cp_async_commit()
+#define cp_async_wait_all()
+
+inline float emu_shfl_xor(float x, int mask, __local uint *emu)
+{
+    const int lid = get_local_id(0), lane = lid & 31, w0 = lid - lane;
+    emu[lid] = as_uint(x);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float y = as_float(emu[w0 + (lane ^ mask)]);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return y;
+}
+
+#define shfl_xor(x, m) emu_shfl_xor((x), (m), emu)
+
+#endif /* CV_NV_PTX */
+
+/* Stages rows [row0, row0 + nrows) of a token-major tensor (this head's
+ * HEAD_DIM elements at column offset col0) into `dst` rows 0 .. ROWS-1;
+ * rows at or beyond nrows are zero-filled. */
+#define STAGE_ROWS(dst, ROWS, base, tok0, nrows, stride, col0)                                  \
+    do {                                                                                       \
+        for (int e_ = lid; e_ < (ROWS) * CPR; e_ += WG_SIZE) {                                 \
+            const int r_ = e_ / CPR, ch_ = e_ % CPR;                                           \
+            const bool ok_ = r_ < (nrows);                                                     \
+            const size_t el_ = (size_t)((tok0) + (ok_ ? r_ : 0)) * (size_t)(stride) +          \
+                               (size_t)(col0) + (size_t)ch_ * 8;                               \
+            cp_async16((dst) + r_ * SROW + ch_ * 8, (base) + el_ * 2, ok_ ? 16 : 0);           \
+        }                                                                                      \
+    } while (0)
+
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1)))
+void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
+                  __global const uchar *k, ulong k_off, long k_stride,
+                  __global const uchar *v, ulong v_off, long v_stride,
+                  __global const int *cu_q_base, ulong cu_q_off,
+                  __global const int *cu_k_base, ulong cu_k_off,
+                  __global const int *q_pos_base, ulong q_pos_off,
+                  __global uchar *o, ulong o_off, long o_stride,
+                  __global float *lse, ulong lse_off,
+                  __global const int *wl, int heads_q, int group, int total_q, int total_k,
+                  float scale_log2, float scale, float softcap, int causal, int window_left,
+                  int window_right, __global const int *flag)
+{
+    __local ushort smem[SMEM_ELEMS] __attribute__((aligned(16)));
+    __local int range[4];
+    EMU_DECL
+#ifndef CV_NV_PTX
+    __local uint *emu = emu_scratch;
+#endif
+
+    if (flag && *flag)
+        return;
+    const int lid = get_local_id(0);
+    const int warp = lid >> 5, lane = lid & 31, g = lane >> 2, t4 = lane & 3;
+    const long grp = get_group_id(0);
+    const int item = (int)(grp / heads_q), h = (int)(grp % heads_q);
+    if (item >= wl[0])
+        return;
+    const int seq = wl[2 + 2 * item], row0 = wl[3 + 2 * item];
+    __global const int *cu_q = CV_CPTR(int, cu_q_base, cu_q_off);
+    __global const int *cu_k = CV_CPTR(int, cu_k_base, cu_k_off);
+    const int q0 = clamp(cu_q[seq], 0, total_q), q1 = clamp(cu_q[seq + 1], q0, total_q);
+    const int k0 = clamp(cu_k[seq], 0, total_k), k1 = clamp(cu_k[seq + 1], k0, total_k);
+    const int lq = q1 - q0, lk = k1 - k0;
+    const int rows = min(BLOCK_M, lq - row0);
+    if (rows <= 0)
+        return;
+    const int kvh = h / group;
+    __global const uchar *qb = q + q_off;
+    __global const uchar *kb_ = k + k_off;
+    __global const uchar *vb = v + v_off;
+
+    /* Q tile -> local (async), while the visible key ranges are worked out. */
+    STAGE_ROWS(smem, BLOCK_M, qb, q0 + row0, rows, q_stride, h * HEAD_DIM);
+    cp_async_commit();
+
+    /* This lane's rows: warp * WARP_ROWS + 16 mt + g, and + 8 (index 2 mt + i). */
+    int lo[2 * WARP_MT], hi[2 * WARP_MT];
+    UNROLL
+    for (int ri = 0; ri < 2 * WARP_MT; ri++) {
+        const int r = warp * WARP_ROWS + (ri >> 1) * 16 + g + 8 * (ri & 1);
+        lo[ri] = 1;
+        hi[ri] = 0;
+        if (r < rows) {
+            long pos = q_pos_base ? (long)CV_CPTR(int, q_pos_base, q_pos_off)[q0 + row0 + r]
+                                  : (long)(row0 + r) + lk - lq;
+            long a = 0, b = (long)lk - 1;
+            if (window_left >= 0)
+                a = max(a, pos - window_left);
+            if (causal)
+                b = min(b, pos);
+            if (window_right >= 0)
+                b = min(b, pos + window_right);
+            lo[ri] = (int)min(a, (long)lk);
+            hi[ri] = (int)max(b, -1L);
+        }
+    }
+    if (lid == 0) {
+        range[0] = INT_MAX; /* smallest visible key over the rows */
+        range[1] = -1;      /* largest visible key */
+        range[2] = -1;      /* largest lo over the valid rows */
+        range[3] = INT_MAX; /* smallest hi over the valid rows */
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (t4 == 0) {
+        for (int ri = 0; ri < 2 * WARP_MT; ri++) {
+            if (warp * WARP_ROWS + (ri >> 1) * 16 + g + 8 * (ri & 1) >= rows)
+                continue;
+            if (lo[ri] <= hi[ri]) {
+                atomic_min(&range[0], lo[ri]);
+                atomic_max(&range[1], hi[ri]);
+            }
+            atomic_max(&range[2], lo[ri]);
+            atomic_min(&range[3], hi[ri]);
+        }
+    }
+    cp_async_wait_all();
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int kmin = range[0], kmax = range[1], max_lo = range[2], min_hi = range[3];
+
+#if Q_IN_REGS
+    /* Q fragments for the warp's 16 rows, all k16 steps, into registers. */
+    uint4 qf[KSTEPS];
+    UNROLL
+    for (int ks = 0; ks < KSTEPS; ks++)
+        qf[ks] = ldsm_x4(smem + (warp * 16 + (lane & 15)) * SROW + ks * 16 + (lane >> 4) * 8);
+    barrier(CLK_LOCAL_MEM_FENCE); /* the Q space now takes K and V */
+#endif
+
+    __local ushort *Ks = smem + KV_BASE;
+    __local ushort *Vs = Ks + BLOCK_N * SROW;
+    float4 oacc[WARP_MT][NT_O];
+    float m[2 * WARP_MT], l[2 * WARP_MT];
+    UNROLL
+    for (int mt = 0; mt < WARP_MT; mt++)
+        UNROLL
+        for (int n = 0; n < NT_O; n++)
+            oacc[mt][n] = (float4)(0.0f);
+    UNROLL
+    for (int ri = 0; ri < 2 * WARP_MT; ri++) {
+        m[ri] = -INFINITY;
+        l[ri] = 0.0f;
+    }
+    /* Without softcap (and with a positive scale) scores stay unscaled and the
+     * scale folds into the exponent: p = exp2(s * f - m * f), one FMA. */
+    const bool fold = softcap == 0.0f && scale_log2 > 0.0f;
+    const float f = fold ? scale_log2 : 1.0f;
+    const float sl2 = softcap > 0.0f ? scale : scale_log2;
+
+    const int nblocks = kmin <= kmax ? (kmax - kmin) / BLOCK_N + 1 : 0;
+    if (nblocks > 0) {
+        STAGE_ROWS(Ks, BLOCK_N, kb_, k0 + kmin, min(BLOCK_N, kmax + 1 - kmin), k_stride,
+                   kvh * HEAD_DIM);
+        cp_async_commit();
+    }
+    for (int blk = 0; blk < nblocks; blk++) {
+        const int kb = kmin + blk * BLOCK_N;
+        const int nvalid = min(BLOCK_N, kmax + 1 - kb);
+        cp_async_wait_all();
+        barrier(CLK_LOCAL_MEM_FENCE); /* K ready; everyone is done with the last V */
+        STAGE_ROWS(Vs, BLOCK_N, vb, k0 + kb, nvalid, v_stride, kvh * HEAD_DIM);
+        cp_async_commit();
+
+        float4 s[WARP_MT][NT_S];
+        UNROLL
+        for (int mt = 0; mt < WARP_MT; mt++)
+            UNROLL
+            for (int n = 0; n < NT_S; n++)
+                s[mt][n] = (float4)(0.0f);
+        UNROLL
+        for (int ks = 0; ks < KSTEPS; ks++) {
+            uint4 a[WARP_MT];
+#if Q_IN_REGS
+            a[0] = qf[ks];
+#else
+            UNROLL
+            for (int mt = 0; mt < WARP_MT; mt++)
+                a[mt] = ldsm_x4(smem + (warp * WARP_ROWS + mt * 16 + (lane & 15)) * SROW +
+                                ks * 16 + (lane >> 4) * 8);
+#endif
+            UNROLL
+            for (int np = 0; np < NT_S / 2; np++) {
+                uint4 b = ldsm_x4(Ks + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * SROW +
+                                  ks * 16 + ((lane >> 3) & 1) * 8);
+                UNROLL
+                for (int mt = 0; mt < WARP_MT; mt++) {
+                    s[mt][2 * np] = mma16816(a[mt], b.x, b.y, s[mt][2 * np]);
+                    s[mt][2 * np + 1] = mma16816(a[mt], b.z, b.w, s[mt][2 * np + 1]);
+                }
+            }
+        }
+
+        /* Scores (unscaled when folding, else in base 2); keys outside a row's
+         * range are -inf. A block that every row sees in full (the interior of
+         * a causal band) skips the test. */
+        const bool full = kb >= max_lo && kb + BLOCK_N - 1 <= min_hi;
+        uint4 pa[WARP_MT][BLOCK_N / 16];
+        UNROLL
+        for (int mt = 0; mt < WARP_MT; mt++) {
+            float mx0 = -INFINITY, mx1 = -INFINITY;
+            UNROLL
+            for (int n = 0; n < NT_S; n++) {
+                float x[4] = {s[mt][n].x, s[mt][n].y, s[mt][n].z, s[mt][n].w};
+                UNROLL
+                for (int e = 0; e < 4; e++) {
+                    float y = x[e];
+                    if (!fold) {
+                        y *= sl2;
+                        if (softcap > 0.0f)
+                            y = softcap * tanh(y / softcap) * M_LOG2E_F;
+                    }
+                    if (!full) {
+                        const int key = kb + n * 8 + 2 * t4 + (e & 1);
+                        const int ri = 2 * mt + (e >> 1);
+                        if (key < lo[ri] || key > hi[ri])
+                            y = -INFINITY;
+                    }
+                    x[e] = y;
+                }
+                s[mt][n] = (float4)(x[0], x[1], x[2], x[3]);
+                mx0 = fmax(mx0, fmax(x[0], x[1]));
+                mx1 = fmax(mx1, fmax(x[2], x[3]));
+            }
+            mx0 = fmax(mx0, shfl_xor(mx0, 1));
+            mx0 = fmax(mx0, shfl_xor(mx0, 2));
+            mx1 = fmax(mx1, shfl_xor(mx1, 1));
+            mx1 = fmax(mx1, shfl_xor(mx1, 2));
+            const float mn0 = fmax(m[2 * mt], mx0), mn1 = fmax(m[2 * mt + 1], mx1);
+            /* Rows that have seen nothing yet subtract 0: p = exp2(-inf) = 0. */
+            const float mu0 = mn0 == -INFINITY ? 0.0f : mn0;
+            const float mu1 = mn1 == -INFINITY ? 0.0f : mn1;
+            const float al0 = native_exp2((m[2 * mt] - mu0) * f);
+            const float al1 = native_exp2((m[2 * mt + 1] - mu1) * f);
+            const float nb0 = -mu0 * f, nb1 = -mu1 * f;
+            m[2 * mt] = mn0;
+            m[2 * mt + 1] = mn1;
+            float ps0 = 0.0f, ps1 = 0.0f;
+            UNROLL
+            for (int n = 0; n < NT_S; n++) {
+                float p0 = native_exp2(fma(s[mt][n].x, f, nb0));
+                float p1 = native_exp2(fma(s[mt][n].y, f, nb0));
+                float p2 = native_exp2(fma(s[mt][n].z, f, nb1));
+                float p3 = native_exp2(fma(s[mt][n].w, f, nb1));
+                ps0 += p0 + p1;
+                ps1 += p2 + p3;
+                /* The A fragment of P for k16 block n / 2 (see the header comment). */
+                uint lo_pair = pack2(p0, p1), hi_pair = pack2(p2, p3);
+                if ((n & 1) == 0) {
+                    pa[mt][n >> 1].x = lo_pair;
+                    pa[mt][n >> 1].y = hi_pair;
+                } else {
+                    pa[mt][n >> 1].z = lo_pair;
+                    pa[mt][n >> 1].w = hi_pair;
+                }
+            }
+            l[2 * mt] = l[2 * mt] * al0 + ps0;
+            l[2 * mt + 1] = l[2 * mt + 1] * al1 + ps1;
+            UNROLL
+            for (int n = 0; n < NT_O; n++) {
+                oacc[mt][n].x *= al0;
+                oacc[mt][n].y *= al0;
+                oacc[mt][n].z *= al1;
+                oacc[mt][n].w *= al1;
+            }
+        }
+
+        cp_async_wait_all();
+        barrier(CLK_LOCAL_MEM_FENCE); /* V ready; everyone is done with K */
+        if (blk + 1 < nblocks) {
+            STAGE_ROWS(Ks, BLOCK_N, kb_, k0 + kb + BLOCK_N, min(BLOCK_N, kmax + 1 - kb - BLOCK_N),
+                       k_stride, kvh * HEAD_DIM);
+            cp_async_commit();
+        }
+        UNROLL
+        for (int kk = 0; kk < BLOCK_N / 16; kk++) {
+            UNROLL
+            for (int dp = 0; dp < NT_O / 2; dp++) {
+                uint4 b = ldsm_x4_trans(Vs + (kk * 16 + (lane & 15)) * SROW + dp * 16 +
+                                        (lane >> 4) * 8);
+                UNROLL
+                for (int mt = 0; mt < WARP_MT; mt++) {
+                    oacc[mt][2 * dp] = mma16816(pa[mt][kk], b.x, b.y, oacc[mt][2 * dp]);
+                    oacc[mt][2 * dp + 1] = mma16816(pa[mt][kk], b.z, b.w, oacc[mt][2 * dp + 1]);
+                }
+            }
+        }
+    }
+
+    /* Row sums over the quad, then o = acc / l and lse. */
+    UNROLL
+    for (int ri = 0; ri < 2 * WARP_MT; ri++) {
+        l[ri] += shfl_xor(l[ri], 1);
+        l[ri] += shfl_xor(l[ri], 2);
+    }
+    __global uchar *ob = o + o_off;
+    UNROLL
+    for (int ri = 0; ri < 2 * WARP_MT; ri++) {
+        const int mt = ri >> 1, i = ri & 1;
+        const int r = warp * WARP_ROWS + mt * 16 + g + 8 * i;
+        if (r >= rows)
+            continue;
+        const float lt = l[ri], mt_max = m[ri];
+        const float inv = lt > 0.0f ? 1.0f / lt : 0.0f;
+        const size_t tok = (size_t)(q0 + row0 + r);
+        __global uint *orow =
+            (__global uint *)(ob + (tok * (size_t)o_stride + (size_t)h * HEAD_DIM) * 2);
+        UNROLL
+        for (int n = 0; n < NT_O; n++) {
+            float a = i ? oacc[mt][n].z : oacc[mt][n].x, b = i ? oacc[mt][n].w : oacc[mt][n].y;
+            orow[n * 4 + t4] = pack2(a * inv, b * inv);
+        }
+        if (t4 == 0 && lse)
+            CV_PTR(float, lse, lse_off)[(size_t)h * total_q + tok] =
+                lt > 0.0f ? (mt_max * f + log2(lt)) * M_LN2_F : -INFINITY;
+    }
+}

@@ -1,0 +1,475 @@
+/* Varlen attention (SPEC 1), portable OpenCL C 1.2.
+ *
+ * Built two ways by lib/op-attention.c:
+ * -DCV_ATTN_AUX: the work-list builder and the merge kernel (dtype-free,
+ *   compiled once per context);
+ * otherwise: the flash-style forward kernel specialised by -D CV_DTYPE,
+ *   HEAD_DIM, HEAD_DIM_V, BLOCK_M, BLOCK_N, WG_SIZE, TX.
+ */
+
+#ifdef CV_ATTN_AUX
+
+/* The work list: wl[0] = number of items, then items (sequence, first row of
+ * the query tile) from wl[2]; after the items, scratch for the per-sequence
+ * tile offsets. One work-group of any power-of-two size. Within a sequence the
+ * last tile comes first: under causal masking it is the heaviest, and
+ * starting heavy work-groups early shortens the tail. */
+__kernel void attn_worklist(__global const int *cu_base, ulong cu_off, int n_seqs, int total_q,
+                            int block_m, int capacity, __global int *wl,
+                            __global const int *flag)
+{
+    __global const int *cu = CV_CPTR(int, cu_base, cu_off);
+    __global int *tile_cu = wl + 2 + 2 * (long)capacity;
+    __local int part[256];
+    const int lid = get_local_id(0), nt = get_local_size(0);
+
+    if (flag && *flag) { /* invalid cu_seqlens: launch nothing */
+        if (lid == 0)
+            wl[0] = 0;
+        return;
+    }
+    /* Each thread counts the tiles of a contiguous range of sequences. Bounds
+     * are clamped so that invalid (unchecked) cu_seqlens cannot make a tile
+     * address rows outside [0, total_q). */
+    const int per = (n_seqs + nt - 1) / nt;
+    const int s0 = min(n_seqs, lid * per), s1 = min(n_seqs, s0 + per);
+    int sum = 0;
+    for (int s = s0; s < s1; s++) {
+        int a = clamp(cu[s], 0, total_q), b = clamp(cu[s + 1], 0, total_q);
+        sum += b > a ? (b - a + block_m - 1) / block_m : 0;
+    }
+    part[lid] = sum;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid == 0) { /* nt <= 256 partial sums: a serial scan is cheap */
+        int acc = 0;
+        for (int i = 0; i < nt; i++) {
+            int x = part[i];
+            part[i] = acc;
+            acc += x;
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    int acc = part[lid];
+    for (int s = s0; s < s1; s++) {
+        tile_cu[s] = acc;
+        int a = clamp(cu[s], 0, total_q), b = clamp(cu[s + 1], 0, total_q);
+        acc += b > a ? (b - a + block_m - 1) / block_m : 0;
+    }
+    if (lid == nt - 1) /* the exclusive prefix of the last thread plus its own count */
+        tile_cu[n_seqs] = acc;
+    barrier(CLK_GLOBAL_MEM_FENCE);
+    const int total = min(tile_cu[n_seqs], capacity);
+    if (lid == 0)
+        wl[0] = total;
+    for (int g = lid; g < total; g += nt) {
+        /* The sequence of tile g: the last s with tile_cu[s] <= g. */
+        int lo = 0, hi = n_seqs;
+        while (hi - lo > 1) {
+            int mid = lo + ((hi - lo) >> 1);
+            if (tile_cu[mid] <= g)
+                lo = mid;
+            else
+                hi = mid;
+        }
+        int tiles = tile_cu[lo + 1] - tile_cu[lo];
+        wl[2 + 2 * g] = lo;
+        wl[3 + 2 * g] = (tiles - 1 - (g - tile_cu[lo])) * block_m;
+    }
+}
+
+/* +inf and NaN read as -inf: a partial that saw no key (SPEC 1). */
+inline float cv_sane_lse(float x)
+{
+    return (x > -INFINITY && x < INFINITY) ? x : -INFINITY;
+}
+
+/* Merge of partial results: 16 lanes per (token, head) row, 4 rows per
+ * 64-wide work-group. Part p of o is at o_a + p * part_stride (elements)
+ * unless o_b is given (two-way: part 1 is o_b, lse_b). Every read of a row's
+ * lse happens before the barrier and every write after it, so the merge may
+ * run in place (o == o_a, lse == lse_a). */
+__kernel __attribute__((reqd_work_group_size(64, 1, 1)))
+void attn_merge(long n_parts, long tokens, int heads, int dv, int dt,
+                __global const uchar *o_a, ulong o_a_off, __global const uchar *o_b,
+                ulong o_b_off, long part_stride, __global const float *lse_a,
+                ulong lse_a_off, __global const float *lse_b, ulong lse_b_off,
+                long lse_part_stride, __global uchar *o, ulong o_off, __global float *lse,
+                ulong lse_off)
+{
+    const int lane = get_local_id(0) & 15;
+    const long row = (long)get_group_id(0) * 4 + (get_local_id(0) >> 4);
+    const bool active = row < tokens * heads;
+    const long t = active ? row / heads : 0, h = active ? row % heads : 0;
+    const long li = h * tokens + t;
+    const size_t es = dt == CV_DT_F32 ? 4 : 2;
+    __global const uchar *pa = o_a + o_a_off;
+    __global const uchar *pb = o_b ? o_b + o_b_off : 0;
+    __global const float *la = CV_CPTR(float, lse_a, lse_a_off);
+    __global const float *lb = lse_b ? CV_CPTR(float, lse_b, lse_b_off) : 0;
+    __global uchar *po = o + o_off;
+
+    float mx = -INFINITY, sum = 0.0f;
+    if (active) {
+        for (long p = 0; p < n_parts; p++) {
+            float x = cv_sane_lse((p == 1 && lb) ? lb[li] : la[p * lse_part_stride + li]);
+            mx = fmax(mx, x);
+        }
+        if (mx > -INFINITY) {
+            for (long p = 0; p < n_parts; p++) {
+                float x = cv_sane_lse((p == 1 && lb) ? lb[li] : la[p * lse_part_stride + li]);
+                sum += x > -INFINITY ? exp(x - mx) : 0.0f;
+            }
+        }
+    }
+    const float total = mx > -INFINITY ? mx + log(sum) : -INFINITY;
+    /* Weights of up to 8 parts kept in registers; more are recomputed. */
+    float w[8];
+    for (int p = 0; p < 8; p++) {
+        float x = -INFINITY;
+        if (active && p < n_parts)
+            x = cv_sane_lse((p == 1 && lb) ? lb[li] : la[p * lse_part_stride + li]);
+        w[p] = (x > -INFINITY && total > -INFINITY) ? exp(x - total) : 0.0f;
+    }
+    barrier(CLK_GLOBAL_MEM_FENCE);
+    if (!active)
+        return;
+    const size_t ebase = (size_t)row * (size_t)dv;
+    for (int c = lane; c < dv; c += 16) {
+        float acc = 0.0f;
+        for (long p = 0; p < n_parts; p++) {
+            float wp;
+            if (p < 8) {
+                wp = w[p];
+            } else {
+                float x = cv_sane_lse(la[p * lse_part_stride + li]);
+                wp = (x > -INFINITY && total > -INFINITY) ? exp(x - total) : 0.0f;
+            }
+            if (wp != 0.0f) {
+                __global const uchar *part =
+                    (p == 1 && pb) ? pb : pa + (size_t)p * (size_t)part_stride * es;
+                acc += wp * cv_load_f(part, ebase + c, dt);
+            }
+        }
+        cv_store_f(po, ebase + c, acc, dt);
+    }
+    if (lane == 0 && lse)
+        CV_PTR(float, lse, lse_off)[li] = total;
+}
+
+#else /* the forward kernel */
+
+#ifndef CV_DTYPE
+#define CV_DTYPE CV_DT_F32
+#endif
+#ifndef HEAD_DIM
+#define HEAD_DIM 64
+#endif
+#ifndef HEAD_DIM_V
+#define HEAD_DIM_V HEAD_DIM
+#endif
+#ifndef BLOCK_M
+#define BLOCK_M 32
+#endif
+#ifndef BLOCK_N
+#define BLOCK_N 32
+#endif
+#ifndef WG_SIZE
+#define WG_SIZE 64
+#endif
+#ifndef TX
+#define TX 16
+#endif
+/* Q and K are staged DCH dimensions at a time, V KCH keys at a time: small
+ * chunks keep local memory low enough for 64x64 tiles in f32 on GPUs. */
+#ifndef DCH
+#define DCH 16
+#endif
+#ifndef KCH
+#define KCH 16
+#endif
+
+/* Full unrolling keeps the small per-thread arrays in registers on GPUs; on
+ * CPU devices (-DCV_NO_UNROLL) it only multiplies compile time. */
+#ifdef CV_NO_UNROLL
+#define CV_UNROLL
+#else
+#define CV_UNROLL _Pragma("unroll")
+#endif
+
+/* Thread (tx, ty) owns query rows ty + TY*i (i < TM), key columns tx + TX*j
+ * (j < TN) of a score tile and output columns tx + TX*c (c < TD): interleaved,
+ * so a warp reads consecutive local-memory words, or one broadcast word. */
+#define TY (WG_SIZE / TX)
+#define TM (BLOCK_M / TY)
+#define TN (BLOCK_N / TX)
+#define TD (HEAD_DIM_V / TX)
+/* Local rows in float4 units, padded by one float4 against bank conflicts. */
+#define QS4 (DCH / 4 + 1)
+#define PS4 (BLOCK_N / 4 + 1)
+
+#if CV_DTYPE == CV_DT_F16
+#define LOAD_ACT(p, i) vload_half((i), (__global const half *)(p))
+#define STORE_ACT(p, i, x) vstore_half_rte((x), (i), (__global half *)(p))
+#define LOAD_ACT4(p, i) vload_half4(0, (__global const half *)(p) + (i))
+#elif CV_DTYPE == CV_DT_BF16
+#define LOAD_ACT(p, i) cv_bf16_to_float(((__global const ushort *)(p))[i])
+#define STORE_ACT(p, i, x) (((__global ushort *)(p))[i] = cv_float_to_bf16(x))
+#define LOAD_ACT4(p, i)                                                                        \
+    ((float4)(LOAD_ACT(p, (i)), LOAD_ACT(p, (i) + 1), LOAD_ACT(p, (i) + 2), LOAD_ACT(p, (i) + 3)))
+#else
+#define LOAD_ACT(p, i) (((__global const float *)(p))[i])
+#define STORE_ACT(p, i, x) (((__global float *)(p))[i] = (x))
+#define LOAD_ACT4(p, i) vload4(0, (__global const float *)(p) + (i))
+#endif
+
+/* One work-group per (work item, query head): BLOCK_M query rows of one
+ * sequence against that sequence's keys, BLOCK_N at a time, with the online
+ * softmax in base 2 (q is pre-scaled by scale * log2(e) when there is no
+ * softcap). Only keys some row of the tile can see are visited. */
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1)))
+void attn_fwd(__global const uchar *q, ulong q_off, long q_stride,
+              __global const uchar *k, ulong k_off, long k_stride,
+              __global const uchar *v, ulong v_off, long v_stride,
+              __global const int *cu_q_base, ulong cu_q_off,
+              __global const int *cu_k_base, ulong cu_k_off,
+              __global const int *q_pos_base, ulong q_pos_off,
+              __global uchar *o, ulong o_off, long o_stride,
+              __global float *lse, ulong lse_off,
+              __global const int *wl, int heads_q, int group, int total_q, int total_k,
+              float scale_log2, float scale, float softcap, int causal, int window_left,
+              int window_right, __global const int *flag)
+{
+    __local float4 Qc[BLOCK_M * QS4];
+    __local float4 Kc[BLOCK_N * QS4];
+    __local float4 Ps[BLOCK_M * PS4];
+    __local float Vc[KCH * HEAD_DIM_V];
+    __local float Red[BLOCK_M * TX];
+    __local int range[2];
+
+    if (flag && *flag)
+        return;
+    const int lid = get_local_id(0);
+    const int tx = lid % TX, ty = lid / TX;
+    const long grp = get_group_id(0);
+    const int item = (int)(grp / heads_q), h = (int)(grp % heads_q);
+    if (item >= wl[0])
+        return;
+    const int seq = wl[2 + 2 * item], row0 = wl[3 + 2 * item];
+    __global const int *cu_q = CV_CPTR(int, cu_q_base, cu_q_off);
+    __global const int *cu_k = CV_CPTR(int, cu_k_base, cu_k_off);
+    const int q0 = clamp(cu_q[seq], 0, total_q), q1 = clamp(cu_q[seq + 1], q0, total_q);
+    const int k0 = clamp(cu_k[seq], 0, total_k), k1 = clamp(cu_k[seq + 1], k0, total_k);
+    const int lq = q1 - q0, lk = k1 - k0;
+    const int rows = min(BLOCK_M, lq - row0);
+    if (rows <= 0)
+        return;
+    const int kvh = h / group;
+    __global const uchar *qb = q + q_off;
+    __global const uchar *kb_ = k + k_off;
+    __global const uchar *vb = v + v_off;
+    const float qscale = softcap > 0.0f ? scale : scale_log2;
+
+    if (lid == 0) {
+        range[0] = INT_MAX;
+        range[1] = -1;
+    }
+    /* The keys each of this thread's rows sees: [lo, hi], empty when lo > hi. */
+    int lo[TM], hi[TM];
+    CV_UNROLL
+    for (int i = 0; i < TM; i++) {
+        int r = ty + TY * i;
+        lo[i] = 1;
+        hi[i] = 0;
+        if (r < rows) {
+            long pos = q_pos_base ? (long)CV_CPTR(int, q_pos_base, q_pos_off)[q0 + row0 + r]
+                                  : (long)(row0 + r) + lk - lq;
+            long a = 0, b = (long)lk - 1;
+            if (window_left >= 0)
+                a = max(a, pos - window_left);
+            if (causal)
+                b = min(b, pos);
+            if (window_right >= 0)
+                b = min(b, pos + window_right);
+            lo[i] = (int)min(a, (long)lk);
+            hi[i] = (int)max(b, -1L);
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (tx == 0) {
+        CV_UNROLL
+        for (int i = 0; i < TM; i++) {
+            if (lo[i] <= hi[i]) {
+                atomic_min(&range[0], lo[i]);
+                atomic_max(&range[1], hi[i]);
+            }
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int kmin = range[0], kmax = range[1];
+
+    float acc[TM][TD];
+    float m[TM], l[TM];
+    CV_UNROLL
+    for (int i = 0; i < TM; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+        CV_UNROLL
+        for (int c = 0; c < TD; c++)
+            acc[i][c] = 0.0f;
+    }
+
+    for (int kb = kmin; kb <= kmax; kb += BLOCK_N) {
+        const int nvalid = min(BLOCK_N, kmax + 1 - kb);
+
+        /* S = Q K^T, DCH dimensions at a time. Q chunks are re-read from
+         * global memory (cache-resident) instead of holding the Q tile. */
+        float s[TM][TN];
+        CV_UNROLL
+        for (int i = 0; i < TM; i++)
+            CV_UNROLL
+            for (int j = 0; j < TN; j++)
+                s[i][j] = 0.0f;
+        for (int dc = 0; dc < HEAD_DIM; dc += DCH) {
+            barrier(CLK_LOCAL_MEM_FENCE); /* the previous chunk is no longer read */
+            for (int e = lid; e < BLOCK_M * (DCH / 4); e += WG_SIZE) {
+                int r = e / (DCH / 4), c4 = e % (DCH / 4);
+                float4 x = (float4)(0.0f);
+                if (r < rows)
+                    x = LOAD_ACT4(qb, (size_t)(q0 + row0 + r) * q_stride + (size_t)h * HEAD_DIM +
+                                          dc + 4 * c4) *
+                        qscale;
+                Qc[r * QS4 + c4] = x;
+            }
+            for (int e = lid; e < BLOCK_N * (DCH / 4); e += WG_SIZE) {
+                int j = e / (DCH / 4), c4 = e % (DCH / 4);
+                float4 x = (float4)(0.0f);
+                if (j < nvalid)
+                    x = LOAD_ACT4(kb_, (size_t)(k0 + kb + j) * k_stride +
+                                           (size_t)kvh * HEAD_DIM + dc + 4 * c4);
+                Kc[j * QS4 + c4] = x;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (int c4 = 0; c4 < DCH / 4; c4++) {
+                float4 qv[TM], kv[TN];
+                CV_UNROLL
+                for (int i = 0; i < TM; i++)
+                    qv[i] = Qc[(ty + TY * i) * QS4 + c4];
+                CV_UNROLL
+                for (int j = 0; j < TN; j++)
+                    kv[j] = Kc[(tx + TX * j) * QS4 + c4];
+                CV_UNROLL
+                for (int i = 0; i < TM; i++)
+                    CV_UNROLL
+                    for (int j = 0; j < TN; j++) {
+                        float t = mad(qv[i].x, kv[j].x, s[i][j]);
+                        t = mad(qv[i].y, kv[j].y, t);
+                        t = mad(qv[i].z, kv[j].z, t);
+                        s[i][j] = mad(qv[i].w, kv[j].w, t);
+                    }
+            }
+        }
+
+        /* Masks, softcap and the row maxima (TX partial maxima per row). */
+        CV_UNROLL
+        for (int i = 0; i < TM; i++) {
+            float pm = -INFINITY;
+            CV_UNROLL
+            for (int j = 0; j < TN; j++) {
+                int key = kb + tx + TX * j;
+                float x = s[i][j];
+                if (softcap > 0.0f)
+                    x = softcap * tanh(x / softcap) * M_LOG2E_F;
+                if (key < lo[i] || key > hi[i])
+                    x = -INFINITY;
+                s[i][j] = x;
+                pm = fmax(pm, x);
+            }
+            Red[(ty + TY * i) * TX + tx] = pm;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        __local float *Pf = (__local float *)Ps;
+        CV_UNROLL
+        for (int i = 0; i < TM; i++) {
+            const int r = ty + TY * i;
+            float mx = m[i];
+            for (int t = 0; t < TX; t++)
+                mx = fmax(mx, Red[r * TX + t]);
+            /* A row that has seen nothing yet keeps p = 0 and alpha = 1. */
+            const float alpha = mx == -INFINITY ? 1.0f : exp2(m[i] - mx);
+            float ps = 0.0f;
+            CV_UNROLL
+            for (int j = 0; j < TN; j++) {
+                float p = s[i][j] == -INFINITY ? 0.0f : exp2(s[i][j] - mx);
+                ps += p;
+                Pf[r * (PS4 * 4) + tx + TX * j] = p;
+            }
+            l[i] = l[i] * alpha + ps;
+            CV_UNROLL
+            for (int c = 0; c < TD; c++)
+                acc[i][c] *= alpha;
+            m[i] = mx;
+        }
+
+        /* O += P V, KCH keys at a time. */
+        for (int kc = 0; kc < nvalid; kc += KCH) {
+            barrier(CLK_LOCAL_MEM_FENCE); /* P written; the previous V chunk read */
+            for (int e = lid; e < KCH * HEAD_DIM_V; e += WG_SIZE) {
+                int j = e / HEAD_DIM_V, c = e % HEAD_DIM_V;
+                float x = 0.0f;
+                if (kc + j < nvalid)
+                    x = LOAD_ACT(vb, (size_t)(k0 + kb + kc + j) * v_stride +
+                                         (size_t)kvh * HEAD_DIM_V + c);
+                Vc[j * HEAD_DIM_V + c] = x;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (int j4 = 0; j4 < KCH / 4; j4++) {
+                float4 pv[TM];
+                CV_UNROLL
+                for (int i = 0; i < TM; i++)
+                    pv[i] = Ps[(ty + TY * i) * PS4 + kc / 4 + j4];
+                CV_UNROLL
+                for (int c = 0; c < TD; c++) {
+                    const int col = tx + TX * c;
+                    const float v0 = Vc[(4 * j4) * HEAD_DIM_V + col];
+                    const float v1 = Vc[(4 * j4 + 1) * HEAD_DIM_V + col];
+                    const float v2 = Vc[(4 * j4 + 2) * HEAD_DIM_V + col];
+                    const float v3 = Vc[(4 * j4 + 3) * HEAD_DIM_V + col];
+                    CV_UNROLL
+                    for (int i = 0; i < TM; i++) {
+                        float t = mad(pv[i].x, v0, acc[i][c]);
+                        t = mad(pv[i].y, v1, t);
+                        t = mad(pv[i].z, v2, t);
+                        acc[i][c] = mad(pv[i].w, v3, t);
+                    }
+                }
+            }
+        }
+    }
+
+    /* Each thread summed p over its own columns: add the TX partial sums. */
+    barrier(CLK_LOCAL_MEM_FENCE);
+    CV_UNROLL
+    for (int i = 0; i < TM; i++)
+        Red[(ty + TY * i) * TX + tx] = l[i];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    __global uchar *ob = o + o_off;
+    CV_UNROLL
+    for (int i = 0; i < TM; i++) {
+        const int r = ty + TY * i;
+        if (r >= rows)
+            continue;
+        float lt = 0.0f;
+        for (int t = 0; t < TX; t++)
+            lt += Red[r * TX + t];
+        const float inv = lt > 0.0f ? 1.0f / lt : 0.0f;
+        const size_t tok = (size_t)(q0 + row0 + r);
+        CV_UNROLL
+        for (int c = 0; c < TD; c++)
+            STORE_ACT(ob, tok * o_stride + (size_t)h * HEAD_DIM_V + tx + TX * c, acc[i][c] * inv);
+        if (tx == 0 && lse)
+            CV_PTR(float, lse, lse_off)[(size_t)h * total_q + tok] =
+                lt > 0.0f ? (m[i] + log2(lt)) * M_LN2_F : -INFINITY;
+    }
+}
+
+#endif

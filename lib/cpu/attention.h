@@ -1,0 +1,55 @@
+/* Varlen attention on the CPU fallback (SPEC 1), and the resolved call
+ * description that lib/op-attention.c hands to both backends.
+ */
+#ifndef CLVARLEN_CPU_ATTENTION_H
+#define CLVARLEN_CPU_ATTENTION_H
+
+#include "internal.h"
+
+/* A validated forward call: defaults resolved (strides, scale, head_dim_v). */
+typedef struct cv_attn_desc {
+    clvarlen_dtype dtype;
+    int64_t n_seqs, total_q, total_k;
+    int32_t heads_q, heads_kv, head_dim, head_dim_v;
+    int64_t q_stride, k_stride, v_stride, o_stride; /* elements, never 0 */
+    int32_t max_seqlen_q, max_seqlen_k;             /* 0 = unknown */
+    float scale;
+    int causal;
+    int32_t window_left, window_right;
+    float softcap;
+} cv_attn_desc;
+
+/* The keys query position `pos` sees in a sequence of lk keys: [*lo, *hi]
+ * (empty when *lo > *hi). 64-bit so that pos +- window cannot overflow. */
+static inline void cv_attn_visible(const cv_attn_desc *desc, int64_t pos, int64_t lk, int64_t *lo,
+                                   int64_t *hi)
+{
+    int64_t a = 0, b = lk - 1;
+    if (desc->window_left >= 0)
+        a = CV_MAX(a, pos - desc->window_left);
+    if (desc->causal)
+        b = CV_MIN(b, pos);
+    if (desc->window_right >= 0)
+        b = CV_MIN(b, pos + desc->window_right);
+    *lo = a;
+    *hi = b;
+}
+
+/** Forward on host memory; inputs already validated (cu_seqlens included). */
+clvarlen_status cv_cpu_attention_forward(clvarlen_context *ctx, const cv_attn_desc *desc,
+                                         const void *q, const void *k, const void *v,
+                                         const int32_t *cu_seqlens_q, const int32_t *cu_seqlens_k,
+                                         const int32_t *q_pos, void *o, float *lse);
+
+/**
+ * Merge of n_parts partials given as pointer arrays (o_parts[p] [tokens,
+ * heads, dv], lse_parts[p] [heads, tokens]). Each output element depends only
+ * on the same element of the parts, so o may be one of o_parts[p] and lse one
+ * of lse_parts[p] (in-place two-way merge).
+ */
+clvarlen_status cv_cpu_attention_merge(clvarlen_context *ctx, clvarlen_dtype dtype,
+                                       int64_t n_parts, int64_t tokens, int32_t heads,
+                                       int32_t head_dim_v, const void *const *o_parts,
+                                       const float *const *lse_parts, void *o, float *lse);
+
+#endif

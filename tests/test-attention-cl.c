@@ -1,0 +1,304 @@
+/* Varlen attention on the OpenCL device: every case of the CPU suite
+ * (test-attention-cpu.c, included below) through the host-memory entry
+ * points, plus the cl_mem entry points with byte offsets and events, device
+ * checks of cu_seqlens, the cl_mem merges, and the tensor-core kernel
+ * (cl/attention-nv.cl): on NVIDIA it runs natively; elsewhere
+ * CLVARLEN_ATTENTION_KERNEL=mma runs its emulated form, which executes the
+ * same fragment bookkeeping with the warp-wide operations emulated in local
+ * memory. Exits 77 without an OpenCL device.
+ */
+#define ATTN_TEST_OPENCL 1
+#include "test-attention-cpu.c"
+
+#include <clvarlen/clvarlen-cl.h>
+
+static clvarlen_context *checked_ctx(void)
+{
+    clvarlen_options *opt = NULL;
+    ck_assert_int_eq(clvarlen_options_create(&opt), CLVARLEN_SUCCESS);
+    ck_assert_int_eq(clvarlen_options_set_device(opt, tu_cl_device_spec()), CLVARLEN_SUCCESS);
+    ck_assert_int_eq(clvarlen_options_set_device_checks(opt, 1), CLVARLEN_SUCCESS);
+    clvarlen_context *ctx = NULL;
+    ck_assert_int_eq(clvarlen_context_create(opt, &ctx), CLVARLEN_SUCCESS);
+    clvarlen_options_destroy(opt);
+    return ctx;
+}
+
+static cl_mem upload(cl_context cl, cl_command_queue queue, size_t pad, const void *data,
+                     size_t bytes)
+{
+    cl_int err = CL_SUCCESS;
+    cl_mem m = clCreateBuffer(cl, CL_MEM_READ_WRITE, pad + bytes + 64, NULL, &err);
+    ck_assert_int_eq(err, CL_SUCCESS);
+    unsigned char *fill = malloc(pad + bytes + 64);
+    memset(fill, 0xAB, pad + bytes + 64);
+    if (data && bytes)
+        memcpy(fill + pad, data, bytes);
+    ck_assert_int_eq(clEnqueueWriteBuffer(queue, m, CL_TRUE, 0, pad + bytes + 64, fill, 0, NULL,
+                                          NULL),
+                     CL_SUCCESS);
+    free(fill);
+    return m;
+}
+
+/* cl_mem entry point with byte offsets, compared with the oracle; the bytes
+ * around the output regions must stay as they were. With device checks on,
+ * invalid device cu_seqlens are reported and nothing is written. */
+static void cl_mem_case(clvarlen_context *ctx, const acase *c, int device_checks)
+{
+    cl_context cl;
+    cl_device_id dev;
+    cl_command_queue queue;
+    ck_assert_int_eq(clvarlen_context_get_cl(ctx, &cl, &dev, &queue), CLVARLEN_SUCCESS);
+    tu_rng r = tu_rng_make(c->seed);
+    batch b;
+    make_batch(c, &r, &b);
+    clvarlen_attention_params p;
+    fill_params(c, &b, &p);
+    size_t es = clvarlen_dtype_size(c->dtype);
+    const size_t pad = 48; /* a multiple of 16: keeps the tensor-core kernel eligible */
+    size_t qb = (size_t)(b.tq * b.qs) * es, kb = (size_t)(b.tk * b.ks) * es;
+    size_t vb = (size_t)(b.tk * b.vs) * es, ob = (size_t)(b.tq * b.os) * es;
+    size_t lb = (size_t)(b.tq * c->hq) * sizeof(float), cub = (size_t)(b.n + 1) * 4;
+    cl_mem mq = upload(cl, queue, pad, b.q, qb), mk = upload(cl, queue, pad, b.k, kb);
+    cl_mem mv = upload(cl, queue, pad, b.v, vb), mcq = upload(cl, queue, pad, b.cu_q, cub);
+    cl_mem mck = upload(cl, queue, pad, b.cu_k, cub);
+    cl_mem mqp = b.q_pos ? upload(cl, queue, pad, b.q_pos, (size_t)b.tq * 4) : NULL;
+    cl_mem mo = upload(cl, queue, pad, NULL, ob), ml = upload(cl, queue, pad, NULL, lb);
+    cl_event ev = NULL;
+    clvarlen_status st = clvarlen_cl_attention_forward(ctx, &p, mq, pad, mk, pad, mv, pad, mcq,
+                                                       pad, mck, pad, mqp, pad, mo, pad, ml, pad,
+                                                       0, NULL, &ev);
+    ck_assert_msg(st == CLVARLEN_SUCCESS, "cl forward: %s", clvarlen_last_error(ctx));
+    ck_assert(ev != NULL);
+    unsigned char *o_all = malloc(pad + ob + 64), *l_all = malloc(pad + lb + 64);
+    ck_assert_int_eq(clEnqueueReadBuffer(queue, mo, CL_TRUE, 0, pad + ob + 64, o_all, 1, &ev, NULL),
+                     CL_SUCCESS);
+    ck_assert_int_eq(clEnqueueReadBuffer(queue, ml, CL_TRUE, 0, pad + lb + 64, l_all, 0, NULL, NULL),
+                     CL_SUCCESS);
+    clReleaseEvent(ev);
+    for (size_t i = 0; i < pad; i++)
+        ck_assert(o_all[i] == 0xAB && l_all[i] == 0xAB);
+    for (size_t i = 0; i < 64; i++)
+        ck_assert(o_all[pad + ob + i] == 0xAB && l_all[pad + lb + i] == 0xAB);
+    size_t dense = (size_t)(b.tq * c->hq * c->dv);
+    double *o_ref = malloc(sizeof(double) * (dense + 1));
+    double *l_ref = malloc(sizeof(double) * (size_t)(b.tq * c->hq + 1));
+    attention_ref_forward(&p, b.q, b.k, b.v, b.cu_q, b.cu_k, b.q_pos, o_ref, l_ref);
+    void *o_dense = malloc(dense * es + 16);
+    size_t row = (size_t)c->hq * (size_t)c->dv * es;
+    for (int64_t t = 0; t < b.tq; t++)
+        memcpy((char *)o_dense + (size_t)t * row, o_all + pad + (size_t)t * (size_t)b.os * es, row);
+    tu_assert_close(tu_compare(o_dense, c->dtype, o_ref, dense), tu_tolerance(c->dtype),
+                    "cl_mem o");
+    tu_assert_close(tu_compare(l_all + pad, CLVARLEN_DTYPE_F32, l_ref, (size_t)(b.tq * c->hq)),
+                    lse_tolerance(c->dtype), "cl_mem lse");
+
+    if (device_checks && b.n >= 2 && b.tq > 0) {
+        /* a decreasing cu_seqlens_q on the device: reported, nothing written */
+        int32_t *bad = malloc(cub);
+        memcpy(bad, b.cu_q, cub);
+        bad[1] = b.cu_q[b.n] + 1;
+        cl_mem mbad = upload(cl, queue, pad, bad, cub);
+        cl_mem mo2 = upload(cl, queue, pad, NULL, ob), ml2 = upload(cl, queue, pad, NULL, lb);
+        st = clvarlen_cl_attention_forward(ctx, &p, mq, pad, mk, pad, mv, pad, mbad, pad, mck,
+                                           pad, mqp, pad, mo2, pad, ml2, pad, 0, NULL, NULL);
+        ck_assert_msg(st == CLVARLEN_ERROR_INVALID_CU_SEQLENS, "bad cu: %s (%s)",
+                      clvarlen_status_name(st), clvarlen_last_error(ctx));
+        ck_assert_int_eq(clEnqueueReadBuffer(queue, mo2, CL_TRUE, 0, pad + ob + 64, o_all, 0,
+                                             NULL, NULL),
+                         CL_SUCCESS);
+        for (size_t i = 0; i < pad + ob + 64; i++)
+            ck_assert_msg(o_all[i] == 0xAB, "o written despite invalid cu_seqlens");
+        clReleaseMemObject(mbad);
+        clReleaseMemObject(mo2);
+        clReleaseMemObject(ml2);
+        free(bad);
+    }
+    /* offsets that are not a multiple of the element size */
+    st = clvarlen_cl_attention_forward(ctx, &p, mq, 1, mk, pad, mv, pad, mcq, pad, mck, pad, mqp,
+                                       pad, mo, pad, ml, pad, 0, NULL, NULL);
+    ck_assert_int_eq(st, CLVARLEN_ERROR_INVALID_ARGUMENT);
+    free(o_dense);
+    free(o_ref);
+    free(l_ref);
+    free(o_all);
+    free(l_all);
+    clReleaseMemObject(mq);
+    clReleaseMemObject(mk);
+    clReleaseMemObject(mv);
+    clReleaseMemObject(mcq);
+    clReleaseMemObject(mck);
+    if (mqp)
+        clReleaseMemObject(mqp);
+    clReleaseMemObject(mo);
+    clReleaseMemObject(ml);
+    free_batch(&b);
+}
+
+START_TEST(test_cl_mem)
+{
+    clvarlen_context *ctx = tu_cl_context();
+    acase c = base_case();
+    c.causal = 1;
+    c.seed = 31;
+    cl_mem_case(ctx, &c, 0);
+    c.dtype = CLVARLEN_DTYPE_BF16;
+    c.use_qpos = 1;
+    c.o_pad = 8;
+    c.seed = 32;
+    cl_mem_case(ctx, &c, 0);
+    clvarlen_context_destroy(ctx);
+
+    ctx = checked_ctx();
+    c = base_case();
+    c.max_n = 8;
+    c.causal = 1;
+    c.lq_ne_lk = 1;
+    c.seed = 33;
+    cl_mem_case(ctx, &c, 1);
+    clvarlen_context_destroy(ctx);
+}
+END_TEST
+
+/* cl_mem merges: N-way, and the two-way merge in place. */
+START_TEST(test_cl_merge)
+{
+    clvarlen_context *ctx = tu_cl_context();
+    cl_context cl;
+    cl_device_id dev;
+    cl_command_queue queue;
+    ck_assert_int_eq(clvarlen_context_get_cl(ctx, &cl, &dev, &queue), CLVARLEN_SUCCESS);
+    const clvarlen_dtype dt = CLVARLEN_DTYPE_F16;
+    const int64_t tokens = 9, parts = 3;
+    const int32_t heads = 2, dv = 48;
+    size_t on = (size_t)(tokens * heads * dv), ln = (size_t)(tokens * heads), es = 2;
+    tu_rng r = tu_rng_make(5);
+    char *op = malloc(on * es * (size_t)parts);
+    float *lp = malloc(ln * sizeof(float) * (size_t)parts);
+    tu_fill_random(&r, op, dt, on * (size_t)parts, 1.0);
+    for (size_t i = 0; i < ln * (size_t)parts; i++)
+        lp[i] = i % 7 == 0 ? -INFINITY : (float)tu_uniform(&r, -4, 4);
+    const void *opp[3] = {op, op + on * es, op + 2 * on * es};
+    const float *lpp[3] = {lp, lp + ln, lp + 2 * ln};
+    double *o_ref = malloc(sizeof(double) * on), *l_ref = malloc(sizeof(double) * ln);
+    const size_t pad = 32;
+    cl_mem mop = upload(cl, queue, pad, op, on * es * (size_t)parts);
+    cl_mem mlp = upload(cl, queue, pad, lp, ln * sizeof(float) * (size_t)parts);
+    cl_mem mo = upload(cl, queue, pad, NULL, on * es), ml = upload(cl, queue, pad, NULL, ln * 4);
+    cl_event ev = NULL;
+    ck_assert_int_eq(clvarlen_cl_attention_merge(ctx, dt, parts, tokens, heads, dv, mop, pad, mlp,
+                                                 pad, mo, pad, ml, pad, 0, NULL, &ev),
+                     CLVARLEN_SUCCESS);
+    char *o = malloc(on * es);
+    float *l = malloc(ln * sizeof(float));
+    ck_assert_int_eq(clEnqueueReadBuffer(queue, mo, CL_TRUE, pad, on * es, o, 1, &ev, NULL),
+                     CL_SUCCESS);
+    ck_assert_int_eq(clEnqueueReadBuffer(queue, ml, CL_TRUE, pad, ln * 4, l, 0, NULL, NULL),
+                     CL_SUCCESS);
+    clReleaseEvent(ev);
+    attention_ref_merge(dt, parts, tokens, heads, dv, opp, lpp, o_ref, l_ref);
+    tu_assert_close(tu_compare(o, dt, o_ref, on), tu_tolerance(dt), "cl merge o");
+    tu_assert_close(tu_compare(l, CLVARLEN_DTYPE_F32, l_ref, ln), 1e-6, "cl merge lse");
+    /* two-way in place: parts 0 and 1 of the same buffers, into part 0 */
+    ck_assert_int_eq(clvarlen_cl_attention_merge2(ctx, dt, tokens, heads, dv, mop, pad, mlp, pad,
+                                                  mop, pad + on * es, mlp, pad + ln * 4, mop, pad,
+                                                  mlp, pad, 0, NULL, NULL),
+                     CLVARLEN_SUCCESS);
+    ck_assert_int_eq(clEnqueueReadBuffer(queue, mop, CL_TRUE, pad, on * es, o, 0, NULL, NULL),
+                     CL_SUCCESS);
+    ck_assert_int_eq(clEnqueueReadBuffer(queue, mlp, CL_TRUE, pad, ln * 4, l, 0, NULL, NULL),
+                     CL_SUCCESS);
+    attention_ref_merge(dt, 2, tokens, heads, dv, opp, lpp, o_ref, l_ref);
+    tu_assert_close(tu_compare(o, dt, o_ref, on), tu_tolerance(dt), "cl merge2 in place o");
+    tu_assert_close(tu_compare(l, CLVARLEN_DTYPE_F32, l_ref, ln), 1e-6, "cl merge2 in place lse");
+    clReleaseMemObject(mop);
+    clReleaseMemObject(mlp);
+    clReleaseMemObject(mo);
+    clReleaseMemObject(ml);
+    free(o);
+    free(l);
+    free(op);
+    free(lp);
+    free(o_ref);
+    free(l_ref);
+    clvarlen_context_destroy(ctx);
+}
+END_TEST
+
+/* The tensor-core kernel (native on NVIDIA, emulated elsewhere). */
+START_TEST(test_mma_kernel)
+{
+    setenv("CLVARLEN_ATTENTION_KERNEL", "mma", 1);
+    clvarlen_context *ctx = tu_cl_context();
+    acase c = base_case();
+    c.dtype = CLVARLEN_DTYPE_BF16;
+    c.causal = 1;
+    c.hq = 4;
+    c.hk = 2;
+    run_seeds(ctx, c, 2, "mma bf16 d64 causal");
+    c.dtype = CLVARLEN_DTYPE_F16;
+    c.causal = 0;
+    c.lq_ne_lk = 1;
+    c.softcap = 3.0f;
+    run_seeds(ctx, c, 1, "mma f16 d64 lq!=lk softcap");
+    c = base_case();
+    c.dtype = CLVARLEN_DTYPE_BF16;
+    c.d = c.dv = 128;
+    c.max_n = 2;
+    c.max_len = 150;
+    c.min_len = 100; /* long enough on average for 128-row tiles */
+    c.max_total = 300;
+    c.causal = 1;
+    c.wl = 40;
+    c.hq = 2;
+    c.hk = 1;
+    c.q_pad = 16;
+    run_seeds(ctx, c, 1, "mma bf16 d128 window stride");
+    c = base_case();
+    c.dtype = CLVARLEN_DTYPE_F16;
+    c.d = c.dv = 80;
+    c.use_qpos = 1;
+    c.causal = 1;
+    run_seeds(ctx, c, 1, "mma f16 d80 q_pos");
+    c = base_case();
+    c.causal = 1;
+    c.seed = 41;
+    cl_mem_case(ctx, &c, 0); /* f32 falls back to the portable kernel */
+    c.dtype = CLVARLEN_DTYPE_BF16;
+    c.seed = 42;
+    cl_mem_case(ctx, &c, 0);
+    clvarlen_context_destroy(ctx);
+    unsetenv("CLVARLEN_ATTENTION_KERNEL");
+}
+END_TEST
+
+START_TEST(test_no_opencl)
+{
+    clvarlen_context *ctx = tu_cpu_context();
+    clvarlen_attention_params p;
+    clvarlen_attention_params_init(&p);
+    ck_assert_int_eq(clvarlen_cl_attention_forward(ctx, &p, NULL, 0, NULL, 0, NULL, 0, NULL, 0,
+                                                   NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, NULL,
+                                                   NULL),
+                     CLVARLEN_ERROR_NO_OPENCL);
+    ck_assert_int_eq(clvarlen_cl_attention_merge(ctx, CLVARLEN_DTYPE_F32, 1, 1, 1, 16, NULL, 0,
+                                                 NULL, 0, NULL, 0, NULL, 0, 0, NULL, NULL),
+                     CLVARLEN_ERROR_NO_OPENCL);
+    clvarlen_context_destroy(ctx);
+}
+END_TEST
+
+static void add_cl_cases(Suite *s)
+{
+    TCase *tc = tcase_create("cl_mem");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_cl_mem);
+    tcase_add_test(tc, test_cl_merge);
+    tcase_add_test(tc, test_no_opencl);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("mma");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_mma_kernel);
+    suite_add_tcase(s, tc);
+}
