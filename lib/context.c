@@ -69,11 +69,16 @@ clvarlen_status cv_error(clvarlen_context *ctx, clvarlen_status st, const char *
     return st;
 }
 
+/* Clears the message a call will report through: the context's, or (NULL)
+ * this thread's slot for calls without a context. */
 void cv_clear_error(clvarlen_context *ctx)
 {
-    if (ctx && ctx->error)
-        ctx->error[0] = '\0';
-    orphan_error[0] = '\0';
+    if (ctx) {
+        if (ctx->error)
+            ctx->error[0] = '\0';
+    } else {
+        orphan_error[0] = '\0';
+    }
 }
 
 void cv_log(clvarlen_context *ctx, clvarlen_log_level level, const char *fmt, ...)
@@ -112,6 +117,7 @@ static clvarlen_status set_string(char **dst, const char *value)
 
 clvarlen_status clvarlen_options_create(clvarlen_options **options)
 {
+    cv_clear_error(NULL);
     if (!options)
         return cv_error(NULL, CLVARLEN_ERROR_INVALID_ARGUMENT, "clvarlen_options_create: options is NULL");
     clvarlen_options *o = calloc(1, sizeof *o);
@@ -354,11 +360,11 @@ void clvarlen_context_destroy(clvarlen_context *ctx)
     free(ctx);
 }
 
-clvarlen_status clvarlen_context_device(const clvarlen_context *ctx, clvarlen_device_info *info)
+clvarlen_status clvarlen_context_device(clvarlen_context *ctx, clvarlen_device_info *info)
 {
-    if (!ctx || !info)
-        return cv_error(NULL, CLVARLEN_ERROR_INVALID_ARGUMENT,
-                        "clvarlen_context_device: %s is NULL", ctx ? "info" : "context");
+    CV_ENTER(ctx);
+    if (!info)
+        return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "clvarlen_context_device: info is NULL");
     *info = ctx->device;
     return CLVARLEN_SUCCESS;
 }
@@ -400,6 +406,18 @@ clvarlen_status clvarlen_context_create_cl(cl_context cl_ctx, cl_device_id devic
         if (err != CL_SUCCESS || qdev != device)
             return cv_error(NULL, CLVARLEN_ERROR_INVALID_ARGUMENT,
                             "clvarlen_context_create_cl: the queue does not belong to the device");
+        /* Chains of commands (a scan, then the kernel reading it) rely on
+         * in-order execution. */
+        cl_command_queue_properties props = 0;
+        err = clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL);
+        if (err != CL_SUCCESS)
+            return cv_error(NULL, CLVARLEN_ERROR_OPENCL,
+                            "clvarlen_context_create_cl: clGetCommandQueueInfo: %s",
+                            cv_cl_error_name(err));
+        if (props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)
+            return cv_error(NULL, CLVARLEN_ERROR_UNSUPPORTED,
+                            "clvarlen_context_create_cl: the queue is out-of-order; clvarlen "
+                            "needs an in-order queue");
     }
     clvarlen_context *ctx = context_alloc(o);
     if (!ctx)

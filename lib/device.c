@@ -323,6 +323,8 @@ clvarlen_status cv_device_choose(const char *spec, int *index, char *reason, siz
 {
     clvarlen_device_info *infos = NULL;
     size_t n = 0;
+    if (reason && reason_size > 0)
+        reason[0] = '\0';
     /* "cpu" never needs OpenCL: answer it before touching the ICD loader. */
     const char *effective = spec && *spec ? spec : getenv("CLVARLEN_DEVICE");
     if (effective && strcasecmp(effective, "cpu") == 0)
@@ -330,12 +332,18 @@ clvarlen_status cv_device_choose(const char *spec, int *index, char *reason, siz
 #if CLVARLEN_HAVE_OPENCL
     cv_device *list = NULL;
     clvarlen_status st = cv_devices_enumerate(&list, &n);
-    if (st != CLVARLEN_SUCCESS)
+    if (st != CLVARLEN_SUCCESS) {
+        if (reason && reason_size > 0)
+            snprintf(reason, reason_size, "OpenCL device enumeration failed (%s)",
+                     clvarlen_status_name(st));
         return st;
+    }
     if (n > 0) {
         infos = calloc(n, sizeof *infos);
         if (!infos) {
             free(list);
+            if (reason && reason_size > 0)
+                snprintf(reason, reason_size, "out of memory listing %zu devices", n);
             return CLVARLEN_ERROR_OUT_OF_MEMORY;
         }
         for (size_t i = 0; i < n; i++)
@@ -350,23 +358,24 @@ clvarlen_status cv_device_choose(const char *spec, int *index, char *reason, siz
 
 clvarlen_status clvarlen_device_count(size_t *count)
 {
+    cv_clear_error(NULL);
     if (!count)
         return cv_error(NULL, CLVARLEN_ERROR_INVALID_ARGUMENT, "clvarlen_device_count: count is NULL");
-    *count = 0;
+    size_t n = 0;
 #if CLVARLEN_HAVE_OPENCL
     cv_device *list = NULL;
-    size_t n = 0;
     clvarlen_status st = cv_devices_enumerate(&list, &n);
     free(list);
     if (st != CLVARLEN_SUCCESS)
         return cv_error(NULL, st, "clvarlen_device_count: enumeration failed");
-    *count = n;
 #endif
+    *count = n;
     return CLVARLEN_SUCCESS;
 }
 
 clvarlen_status clvarlen_device_query(int index, clvarlen_device_info *info)
 {
+    cv_clear_error(NULL);
     if (!info)
         return cv_error(NULL, CLVARLEN_ERROR_INVALID_ARGUMENT, "clvarlen_device_query: info is NULL");
     if (index == -1) {
@@ -399,6 +408,7 @@ clvarlen_status clvarlen_device_query(int index, clvarlen_device_info *info)
 clvarlen_status clvarlen_device_select(const char *spec, int *index, char *reason,
                                        size_t reason_size)
 {
+    cv_clear_error(NULL);
     if (!index)
         return cv_error(NULL, CLVARLEN_ERROR_INVALID_ARGUMENT, "clvarlen_device_select: index is NULL");
     char buf[512];

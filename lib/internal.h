@@ -117,7 +117,6 @@ struct clvarlen_context {
      * blocks on some drivers; grown on demand, freed by cv_segment_release. */
     cl_mem seg_temp;
     size_t seg_temp_bytes;
-    cl_event seg_temp_busy;    /* the last command that used seg_temp */
 #endif
 };
 

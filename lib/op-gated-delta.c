@@ -155,7 +155,7 @@ static clvarlen_status gdn_check_params(clvarlen_context *ctx, const char *fn,
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: unknown state_layout %d", fn,
                         (int)pa->state_layout);
     p->state_kv = pa->state_layout == CLVARLEN_STATE_KV;
-    const int64_t head_state = HV * K * V; /* <= 2^24 */
+    const int64_t head_state = HV * K * V; /* < 2^47: HV < 2^31, K and V <= 256 */
     const int64_t ses = (int64_t)cv_dtype_size(pa->state_dtype);
     if (has_pool) {
         if (pa->state_slots < 0)
@@ -184,7 +184,7 @@ static clvarlen_status gdn_check_params(clvarlen_context *ctx, const char *fn,
                             "(got %lld, %d)",
                             fn, (long long)pa->cache_slots, (int)pa->cache_steps);
         if (pa->cache_slots > 0 &&
-            (int64_t)pa->cache_steps * head_state > INT64_MAX / ses / pa->cache_slots)
+            (int64_t)pa->cache_steps > INT64_MAX / ses / pa->cache_slots / head_state)
             return cv_error(ctx, CLVARLEN_ERROR_OVERFLOW,
                             "%s: intermediate_states spans more than 2^63 bytes", fn);
         if (!has_cidx && pa->cache_slots < pa->n_seqs)

@@ -157,7 +157,7 @@ static clvarlen_status check_indices(clvarlen_context *ctx, const char *fn, cons
         }
         free(bits);
     } else {
-        int64_t *sorted = malloc((size_t)n * sizeof *sorted);
+        int64_t *sorted = calloc((size_t)n, sizeof *sorted);
         if (!sorted)
             return cv_error(ctx, CLVARLEN_ERROR_OUT_OF_MEMORY, "%s: cannot sort the indices",
                             fn);
@@ -414,7 +414,6 @@ typedef struct seg_seq {
     cl_uint nw;
     const cl_event *wl;
     cl_event last;
-    bool used_temp;
 } seg_seq;
 
 static void seq_init(seg_seq *q, clvarlen_context *ctx, cl_uint nw, const cl_event *wl)
@@ -423,7 +422,6 @@ static void seq_init(seg_seq *q, clvarlen_context *ctx, cl_uint nw, const cl_eve
     q->nw = nw;
     q->wl = wl;
     q->last = NULL;
-    q->used_temp = false;
 }
 
 static void seq_wait(const seg_seq *q, cl_uint *nw, const cl_event **wl)
@@ -475,21 +473,8 @@ static clvarlen_status seq_fill(seg_seq *q, cl_mem mem, const void *pattern, siz
     return CLVARLEN_SUCCESS;
 }
 
-/* The chain's last command is the context temp buffer's latest user. */
-static void seq_mark_busy(seg_seq *q)
-{
-    clvarlen_context *ctx = q->ctx;
-    if (!q->used_temp || !q->last)
-        return;
-    if (ctx->seg_temp_busy)
-        clReleaseEvent(ctx->seg_temp_busy);
-    clRetainEvent(q->last);
-    ctx->seg_temp_busy = q->last;
-}
-
 static void seq_abort(seg_seq *q)
 {
-    seq_mark_busy(q);
     seq_take(q, NULL);
 }
 
@@ -505,8 +490,8 @@ static size_t align8(size_t x)
 /*
  * The context's temp buffer with `bytes` of work space at SEG_TEMP_OFF (one
  * call per chain: growing replaces the buffer). Commands of a chain follow
- * the previous chain's on an in-order queue; on an out-of-order queue a
- * marker makes this chain wait for the buffer's last user.
+ * the previous chain's: contexts only have in-order queues
+ * (clvarlen_context_create_cl rejects others).
  */
 static clvarlen_status seq_temp(seg_seq *q, size_t bytes, cl_mem *mem)
 {
@@ -523,29 +508,6 @@ static clvarlen_status seq_temp(seg_seq *q, size_t bytes, cl_mem *mem)
         ctx->seg_temp = m;
         ctx->seg_temp_bytes = size;
     }
-    if (ctx->seg_temp_busy && !q->used_temp) {
-        cl_command_queue_properties props = 0;
-        if (clGetCommandQueueInfo(ctx->queue, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL) !=
-                CL_SUCCESS ||
-            (props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)) {
-            cl_uint nw;
-            const cl_event *wl;
-            seq_wait(q, &nw, &wl);
-            cl_event *all = malloc(((size_t)nw + 1) * sizeof *all);
-            if (!all)
-                return cv_error(ctx, CLVARLEN_ERROR_OUT_OF_MEMORY, "cannot allocate a wait list");
-            for (cl_uint i = 0; i < nw; i++)
-                all[i] = wl[i];
-            all[nw] = ctx->seg_temp_busy;
-            cl_event ev = NULL;
-            cl_int err = clEnqueueMarkerWithWaitList(ctx->queue, nw + 1, all, &ev);
-            free(all);
-            if (err != CL_SUCCESS)
-                return cv_cl_check(ctx, err, "clEnqueueMarkerWithWaitList");
-            seq_take(q, ev);
-        }
-    }
-    q->used_temp = true;
     *mem = ctx->seg_temp;
     return CLVARLEN_SUCCESS;
 }
@@ -554,17 +516,12 @@ void cv_segment_release(clvarlen_context *ctx)
 {
     cv_release(&ctx->seg_temp);
     ctx->seg_temp_bytes = 0;
-    if (ctx->seg_temp_busy) {
-        clReleaseEvent(ctx->seg_temp_busy);
-        ctx->seg_temp_busy = NULL;
-    }
 }
 
 /* Hands the last event to the caller (a marker after the wait list when
  * nothing was enqueued), or releases it. */
 static clvarlen_status seq_finish(seg_seq *q, cl_event *event)
 {
-    seq_mark_busy(q);
     if (!event) {
         seq_abort(q);
         return CLVARLEN_SUCCESS;

@@ -250,7 +250,7 @@ START_TEST(api_context_cpu)
     ck_assert_int_eq(clvarlen_context_finish(ctx), CLVARLEN_SUCCESS);
     check_err(NULL, clvarlen_context_finish(NULL), IA, 0, "clvarlen_context_finish", "NULL");
     check_err(NULL, clvarlen_context_device(NULL, &info), IA, 0, "clvarlen_context_device", "NULL");
-    check_err(NULL, clvarlen_context_device(ctx, NULL), IA, 0, "clvarlen_context_device",
+    check_err(ctx, clvarlen_context_device(ctx, NULL), IA, 0, "clvarlen_context_device",
               "NULL info");
 
     clvarlen_device_info cpu;
@@ -352,6 +352,14 @@ START_TEST(api_last_error)
     ck_assert_ptr_nonnull(other);
     tu_check(other[0] == '\0', "another thread sees this thread's message: %s", other);
     tu_check(clvarlen_last_error(NULL)[0] != '\0', "message lost");
+    /* A success on a context leaves the thread's message alone; a success
+     * without a context clears it. */
+    ck_assert_int_eq(clvarlen_cu_seqlens_from_lengths(ctx, lengths, 2, cu), CLVARLEN_SUCCESS);
+    tu_check(clvarlen_last_error(NULL)[0] != '\0', "a call on a context cleared the thread's "
+             "message");
+    clvarlen_device_info cpu_info;
+    ck_assert_int_eq(clvarlen_device_query(-1, &cpu_info), CLVARLEN_SUCCESS);
+    ck_assert_str_eq(clvarlen_last_error(NULL), "");
     /* Errors on a context do not disturb another context. */
     clvarlen_context *ctx2 = tu_cpu_context();
     ck_assert_int_eq(clvarlen_cu_seqlens_from_lengths(ctx2, NULL, 2, cu), IA);

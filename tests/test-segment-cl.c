@@ -884,6 +884,38 @@ START_TEST(clm_device_checks)
 }
 END_TEST
 
+/* clvarlen_context_create_cl takes in-order queues only; a queue must belong to the device. */
+START_TEST(clm_create_cl_queues)
+{
+    clvarlen_context *ctx = seg_ctx;
+    cl_context c = NULL;
+    cl_device_id dev = NULL;
+    ck_assert_int_eq(clvarlen_context_get_cl(ctx, &c, &dev, NULL), CLVARLEN_SUCCESS);
+    cl_int err = CL_SUCCESS;
+    cl_command_queue ooo =
+        clCreateCommandQueue(c, dev, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
+    clvarlen_context *made = (clvarlen_context *)0x1;
+    if (err == CL_SUCCESS) {
+        clvarlen_status st = clvarlen_context_create_cl(c, dev, ooo, NULL, &made);
+        tu_check(st == CLVARLEN_ERROR_UNSUPPORTED, "out-of-order queue: got %s",
+                 clvarlen_status_name(st));
+        tu_check(strstr(clvarlen_last_error(NULL), "in-order") != NULL, "message: %s",
+                 clvarlen_last_error(NULL));
+        tu_check(made == (clvarlen_context *)0x1, "context written on error");
+        clReleaseCommandQueue(ooo);
+    } /* else the device has no out-of-order queues: nothing to reject */
+    cl_command_queue inq = clCreateCommandQueue(c, dev, 0, &err);
+    ck_assert_int_eq(err, CL_SUCCESS);
+    clvarlen_context *ok = NULL;
+    ck_assert_int_eq(clvarlen_context_create_cl(c, dev, inq, NULL, &ok), CLVARLEN_SUCCESS);
+    int32_t lengths[3] = {5, 7, 6}, cu[4];
+    ck_assert_int_eq(clvarlen_cu_seqlens_from_lengths(ok, lengths, 3, cu), CLVARLEN_SUCCESS);
+    ck_assert_int_eq(cu[3], 18);
+    clvarlen_context_destroy(ok);
+    clReleaseCommandQueue(inq);
+}
+END_TEST
+
 START_TEST(clm_capacity_without_checks)
 {
     /* Device checks off: an output too small is never overrun, the call does not block or
@@ -950,6 +982,7 @@ int main(void)
     tcase_add_test(tc, clm_gen_seq_lens_same_as_cpu);
     tcase_add_test(tc, clm_no_opencl_and_offsets);
     tcase_add_test(tc, clm_capacity_without_checks);
+    tcase_add_test(tc, clm_create_cl_queues);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("device-checks");

@@ -9,7 +9,16 @@
  * report invalid device-resident cu_seqlens or indices. Sizes that the
  * host-memory entry points read from cu_seqlens are arguments here.
  *
- * Calling these on a context without OpenCL returns CLVARLEN_ERROR_NO_OPENCL.
+ * Calling these on a context without OpenCL (the CPU fallback) returns
+ * CLVARLEN_ERROR_NO_OPENCL. This header and its functions exist only in
+ * builds with OpenCL (pkg-config's Requires.private names OpenCL then).
+ *
+ * Errors common to every entry point here: CLVARLEN_ERROR_INVALID_ARGUMENT for
+ * a NULL required buffer, an offset not aligned to its element size, or a wait
+ * list whose count and pointer disagree; CLVARLEN_ERROR_OPENCL when an OpenCL
+ * call fails; CLVARLEN_ERROR_KERNEL_NOT_FOUND / CLVARLEN_ERROR_KERNEL_BUILD on
+ * the first use of a kernel. Sizes passed to kernels as 32-bit integers (row
+ * counts, capacities) beyond INT32_MAX are CLVARLEN_ERROR_OVERFLOW.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -33,7 +42,11 @@ extern "C" {
 
 /**
  * A context on the caller's OpenCL objects (retained; released by
- * clvarlen_context_destroy). queue may be NULL: the library creates one.
+ * clvarlen_context_destroy). queue may be NULL: the library creates one. A
+ * given queue must belong to `device` (else CLVARLEN_ERROR_INVALID_ARGUMENT)
+ * and be in-order (an out-of-order queue is CLVARLEN_ERROR_UNSUPPORTED). The
+ * context's device index is the device's place in clvarlen_device_query's
+ * list, or -2 when the enumeration does not list it.
  */
 CLVARLEN_API clvarlen_status clvarlen_context_create_cl(cl_context cl_ctx, cl_device_id device,
                                                         cl_command_queue queue,

@@ -8,7 +8,19 @@
  *
  * Conventions (SPEC.md section 0):
  * - every function returns a clvarlen_status; on any error nothing is
- *   written to the outputs, and clvarlen_last_error() holds a message;
+ *   written to the outputs, and clvarlen_last_error() holds a message. (One
+ *   exception: when an OpenCL read-back itself fails after the kernels ran,
+ *   CLVARLEN_ERROR_OPENCL, outputs read back before it may hold results.)
+ * - errors every function may return besides those it lists:
+ *   CLVARLEN_ERROR_INVALID_ARGUMENT (a NULL context or required pointer, a
+ *   negative count or size, an unknown enum value, a stride smaller than a
+ *   row), CLVARLEN_ERROR_UNSUPPORTED (a dtype the operation does not take),
+ *   CLVARLEN_ERROR_INVALID_CU_SEQLENS (cu[0] != 0, decreasing, or a last
+ *   entry that disagrees with a given total), CLVARLEN_ERROR_OVERFLOW (a size
+ *   in bytes beyond int64, or more than INT32_MAX - 1 sequences or tokens
+ *   where int32 indices address them), CLVARLEN_ERROR_OUT_OF_MEMORY, and on
+ *   an OpenCL context CLVARLEN_ERROR_OPENCL, CLVARLEN_ERROR_KERNEL_NOT_FOUND
+ *   and CLVARLEN_ERROR_KERNEL_BUILD (first use of a kernel);
  * - cu_seqlens are int32 [n + 1], cu[0] = 0, non-decreasing;
  * - token strides are in elements; 0 means "contiguous";
  * - a context may be used by one thread at a time; distinct contexts are
@@ -77,7 +89,7 @@ typedef enum clvarlen_status {
     CLVARLEN_ERROR_KERNEL_NOT_FOUND = 9,
     /** A kernel failed to compile; the message holds the build log. */
     CLVARLEN_ERROR_KERNEL_BUILD = 10,
-    /** An entry point that needs OpenCL on a context without it (or a build without it). */
+    /** A clvarlen-cl.h entry point called on a context without OpenCL (the CPU fallback). */
     CLVARLEN_ERROR_NO_OPENCL = 11,
     /** An integer size that does not fit the type the operation uses. */
     CLVARLEN_ERROR_OVERFLOW = 12,
@@ -130,7 +142,9 @@ typedef enum clvarlen_device_kind {
 
 /** What the library knows about one device. Filled by clvarlen_device_query(). */
 typedef struct clvarlen_device_info {
-    int index;              /**< position in the list; -1 for the CPU fallback */
+    int index;              /**< position in the list; -1 for the CPU fallback; -2 for a
+                                 device given to clvarlen_context_create_cl that the
+                                 enumeration does not list */
     clvarlen_device_kind kind;
     clvarlen_vendor vendor;
     char platform_name[CLVARLEN_NAME_MAX];
@@ -150,15 +164,24 @@ typedef struct clvarlen_device_info {
     int cc_major, cc_minor; /**< NVIDIA compute capability, 0 when not reported */
 } clvarlen_device_info;
 
-/** The number of OpenCL devices visible (0 without OpenCL; never an error). */
+/**
+ * The number of OpenCL devices visible (0 without OpenCL or without any
+ * platform: not an error). Errors: CLVARLEN_ERROR_INVALID_ARGUMENT (count
+ * NULL), CLVARLEN_ERROR_OUT_OF_MEMORY; *count is written only on success.
+ */
 CLVARLEN_API clvarlen_status clvarlen_device_count(size_t *count);
-/** Fills *info for device index (0 <= index < count); index -1 describes the CPU fallback. */
+/**
+ * Fills *info for device index (0 <= index < count); index -1 describes the
+ * CPU fallback. Errors: CLVARLEN_ERROR_INVALID_ARGUMENT (info NULL, index
+ * < -1), CLVARLEN_ERROR_DEVICE_NOT_FOUND (index >= count).
+ */
 CLVARLEN_API clvarlen_status clvarlen_device_query(int index, clvarlen_device_info *info);
 /**
  * The device a context would use for the selection string `spec` (NULL: the
  * CLVARLEN_DEVICE environment variable, else the default order: discrete GPU,
- * integrated GPU, OpenCL CPU device, CPU fallback). *index is -1 for the CPU
- * fallback. `reason` (may be NULL) receives a sentence saying why.
+ * integrated GPU, accelerator, OpenCL CPU device, CPU fallback). *index is -1
+ * for the CPU fallback. `reason` (may be NULL) receives a sentence saying why.
+ * A spec that matches nothing is CLVARLEN_ERROR_DEVICE_NOT_FOUND.
  * spec: "cpu" (the built-in fallback), a decimal index from clvarlen-test
  * list, or a case-insensitive substring of the platform name, platform vendor
  * or device name ("pocl", "nvidia", "amd", "intel").
@@ -184,7 +207,7 @@ CLVARLEN_API clvarlen_status clvarlen_options_create(clvarlen_options **options)
 CLVARLEN_API void clvarlen_options_destroy(clvarlen_options *options);
 /** Device selection string (see clvarlen_device_select); NULL restores the default. */
 CLVARLEN_API clvarlen_status clvarlen_options_set_device(clvarlen_options *options, const char *spec);
-/** Worker threads of the CPU pool; 0 = one per physical core (the default). */
+/** Worker threads of the CPU pool, 0 to 256; 0 = one per physical core (the default). */
 CLVARLEN_API clvarlen_status clvarlen_options_set_threads(clvarlen_options *options, int threads);
 /** A colon-separated list of directories searched first for .cl files. */
 CLVARLEN_API clvarlen_status clvarlen_options_set_kernel_path(clvarlen_options *options,
@@ -223,7 +246,7 @@ CLVARLEN_API void clvarlen_context_destroy(clvarlen_context *context);
  */
 CLVARLEN_API const char *clvarlen_last_error(const clvarlen_context *context);
 /** Describes the context's device (index -1 for the CPU fallback). */
-CLVARLEN_API clvarlen_status clvarlen_context_device(const clvarlen_context *context,
+CLVARLEN_API clvarlen_status clvarlen_context_device(clvarlen_context *context,
                                                      clvarlen_device_info *info);
 /** The number of CPU worker threads the context uses (the OpenCL path uses them for host work). */
 CLVARLEN_API int clvarlen_context_threads(const clvarlen_context *context);
@@ -284,8 +307,9 @@ CLVARLEN_API clvarlen_status clvarlen_pack_masked(clvarlen_context *context, clv
  * unpack (flash-attn pad_input): packed [total_tokens, row] -> padded
  * [batch, max_seqlen, row]: row src_index[t] of padded gets packed row t;
  * every other padded row is filled with *pad_value (one element of dtype;
- * NULL: zero bytes). src_index entries must be in [0, batch*max_seqlen) and
- * distinct.
+ * NULL: zero bytes). src_index entries must be in [0, batch*max_seqlen)
+ * (else CLVARLEN_ERROR_INDEX_OUT_OF_RANGE) and distinct (a repeat is
+ * CLVARLEN_ERROR_INVALID_ARGUMENT).
  */
 CLVARLEN_API clvarlen_status clvarlen_unpack(clvarlen_context *context, clvarlen_dtype dtype,
                                              int64_t row_elems, const void *packed,
@@ -317,8 +341,10 @@ CLVARLEN_API clvarlen_status clvarlen_gather_rows(clvarlen_context *context, clv
                                                   int64_t dst_stride);
 /**
  * scatter: dst[index[m]] = src[m] (or +=) for m < n_index; index -1 skips
- * row m. Overwrite with a repeated index is CLVARLEN_ERROR_INVALID_ARGUMENT;
- * accumulate sums repeated indices in index order (m ascending).
+ * row m; any other index outside [0, dst_rows) is
+ * CLVARLEN_ERROR_INDEX_OUT_OF_RANGE. Overwrite with a repeated index is
+ * CLVARLEN_ERROR_INVALID_ARGUMENT; accumulate sums repeated indices in index
+ * order (m ascending).
  */
 CLVARLEN_API clvarlen_status clvarlen_scatter_rows(clvarlen_context *context, clvarlen_dtype dtype,
                                                    int64_t row_elems, const void *src,
@@ -335,6 +361,8 @@ CLVARLEN_API clvarlen_status clvarlen_scatter_rows(clvarlen_context *context, cl
  * page_table [n, page_cols] with row stride page_stride (may be NULL: no
  * expansion) -> page_table_out [sum q, col_limit] with row stride out_stride,
  * row s repeated q_s times; col_limit <= page_cols (0: page_cols).
+ * A negative kv_len or q_len is CLVARLEN_ERROR_INVALID_ARGUMENT, as is
+ * col_limit > page_cols or a stride smaller than its row.
  * seqlens_expanded may be NULL (only the page table is expanded). Outputs must
  * hold capacity rows (sum q > capacity: CLVARLEN_ERROR_BUFFER_TOO_SMALL);
  * *total (may be NULL) receives sum q.
@@ -367,7 +395,9 @@ CLVARLEN_API clvarlen_status clvarlen_cp_plan(clvarlen_context *context, const i
 /**
  * CP gather: this rank's local rows [local_tokens, row] from the global packed
  * rows [cu_seqlens[n], row], laid out [chunk rank | chunk 2W-1-rank] per
- * document. local_capacity bounds the output rows.
+ * document. local_capacity bounds the output rows: fewer than this rank's
+ * local tokens is CLVARLEN_ERROR_BUFFER_TOO_SMALL. Invalid world/rank
+ * (world < 1, rank outside [0, world)) is CLVARLEN_ERROR_INVALID_ARGUMENT.
  */
 CLVARLEN_API clvarlen_status clvarlen_cp_gather(clvarlen_context *context, clvarlen_dtype dtype,
                                                 int64_t row_elems, const void *global_rows,
@@ -483,6 +513,9 @@ CLVARLEN_API clvarlen_status clvarlen_attention_forward(clvarlen_context *contex
  * ignored (its o is not read); rows where every part is -inf (or n_parts = 0)
  * get o = 0, lse = -inf. n_parts >= 0, tokens >= 0, heads > 0, head_dim_v > 0;
  * dtype f32, f16 or bf16. The outputs must not overlap the inputs.
+ * Errors: CLVARLEN_ERROR_INVALID_ARGUMENT (NULL, negative or zero sizes,
+ * overlapping buffers), CLVARLEN_ERROR_UNSUPPORTED (another dtype),
+ * CLVARLEN_ERROR_OVERFLOW (sizes beyond int64 bytes), and the common ones.
  */
 CLVARLEN_API clvarlen_status clvarlen_attention_merge(clvarlen_context *context,
                                                       clvarlen_dtype dtype, int64_t n_parts,
@@ -495,6 +528,7 @@ CLVARLEN_API clvarlen_status clvarlen_attention_merge(clvarlen_context *context,
  * and lse [heads, tokens] f32, -> (o, lse) with the rules of
  * clvarlen_attention_merge. lse may be NULL. In place is allowed: o may be
  * o_a or o_b and lse may be lse_a or lse_b (exactly, not partly overlapping).
+ * Errors as clvarlen_attention_merge.
  */
 CLVARLEN_API clvarlen_status clvarlen_attention_merge2(clvarlen_context *context,
                                                        clvarlen_dtype dtype, int64_t tokens,
@@ -585,6 +619,15 @@ CLVARLEN_API void clvarlen_gdn_params_init(clvarlen_gdn_params *params);
  * o [T, HV, V] in params->dtype, at o_stride.
  * With T == 0 the call validates its arguments and does nothing; data
  * pointers may then be NULL.
+ *
+ * Errors: CLVARLEN_ERROR_INVALID_ARGUMENT (NULL, head counts not positive or
+ * heads_v not a multiple of heads_qk, strides, unknown layout or algorithm,
+ * a sequence longer than cache_steps, cache_slots/cache_steps invalid),
+ * CLVARLEN_ERROR_INVALID_CU_SEQLENS, CLVARLEN_ERROR_INDEX_OUT_OF_RANGE (a
+ * state or cache index beyond its pool), CLVARLEN_ERROR_UNSUPPORTED (K or V
+ * above 256, a dtype not taken, CHUNKED with intermediate states),
+ * CLVARLEN_ERROR_OVERFLOW (a pool or buffer beyond int64 bytes), and the
+ * common ones.
  */
 CLVARLEN_API clvarlen_status clvarlen_gated_delta_rule(clvarlen_context *context,
                                                        const clvarlen_gdn_params *params,

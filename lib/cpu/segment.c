@@ -247,7 +247,7 @@ clvarlen_status cv_cpu_pack(clvarlen_context *ctx, size_t row_bytes, const void 
         total += lens[b];
     int64_t *index = src_index;
     if (mask && total > 0 && !index) {
-        index = malloc((size_t)total * sizeof *index);
+        index = calloc((size_t)total, sizeof *index);
         if (!index)
             return cv_error(ctx, CLVARLEN_ERROR_OUT_OF_MEMORY,
                             "clvarlen_pack_masked: cannot allocate %lld source indices",
@@ -313,7 +313,7 @@ clvarlen_status cv_cpu_unpack(clvarlen_context *ctx, size_t row_bytes, size_t el
 {
     if (padded_rows <= 0)
         return CLVARLEN_SUCCESS;
-    int64_t *inverse = malloc((size_t)padded_rows * sizeof *inverse);
+    int64_t *inverse = calloc((size_t)padded_rows, sizeof *inverse);
     char *pad_row = NULL;
     bool pad_zero = true;
     if (pad)
@@ -432,7 +432,7 @@ clvarlen_status cv_cpu_scatter(clvarlen_context *ctx, clvarlen_dtype dtype, int6
     if (dst_rows <= 0)
         return CLVARLEN_SUCCESS;
     if (mode == CLVARLEN_SCATTER_OVERWRITE) {
-        int64_t *inverse = malloc((size_t)dst_rows * sizeof *inverse);
+        int64_t *inverse = calloc((size_t)dst_rows, sizeof *inverse);
         if (!inverse)
             return cv_error(ctx, CLVARLEN_ERROR_OUT_OF_MEMORY,
                             "clvarlen_scatter_rows: cannot allocate the row map (%lld rows)",
@@ -518,7 +518,7 @@ clvarlen_status cv_cpu_seqlens_expand(clvarlen_context *ctx, const int32_t *kv_l
 {
     if (n <= 0)
         return CLVARLEN_SUCCESS;
-    int64_t *row_off = malloc((size_t)n * sizeof *row_off);
+    int64_t *row_off = calloc((size_t)n, sizeof *row_off);
     if (!row_off)
         return cv_error(ctx, CLVARLEN_ERROR_OUT_OF_MEMORY,
                         "clvarlen_seqlens_expand: cannot allocate %lld offsets", (long long)n);
