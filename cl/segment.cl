@@ -518,46 +518,29 @@ segment_mask_index(__global const uchar *mask, ulong mask_off, int batch, long S
     }
 }
 
-/* A page-table row copied by `lpr` lanes, each loading up to four entries
+/* A page-table row of `units` T copied by `lpr` lanes, each loading up to four
  * (lpr apart) before it stores them, so the loads are in flight together. */
-inline void cv_expand_row(__global int *d, __global const int *s, int cols, uint lane, uint lpr)
-{
-    for (int c0 = lane; c0 < cols; c0 += 4 * lpr) {
-        int v[4];
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            int c = c0 + k * (int)lpr;
-            if (c < cols)
-                v[k] = s[c];
-        }
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            int c = c0 + k * (int)lpr;
-            if (c < cols)
-                d[c] = v[k];
-        }
+#define CV_DEFINE_EXPAND_ROW(name, T)                                                      \
+    inline void name(__global T *d, __global const T *s, int units, uint lane, uint lpr)   \
+    {                                                                                      \
+        for (int c0 = lane; c0 < units; c0 += 4 * lpr) {                                   \
+            T v[4];                                                                        \
+            _Pragma("unroll") for (int k = 0; k < 4; k++)                                  \
+            {                                                                              \
+                int c = c0 + k * (int)lpr;                                                 \
+                if (c < units)                                                             \
+                    v[k] = s[c];                                                           \
+            }                                                                              \
+            _Pragma("unroll") for (int k = 0; k < 4; k++)                                  \
+            {                                                                              \
+                int c = c0 + k * (int)lpr;                                                 \
+                if (c < units)                                                             \
+                    d[c] = v[k];                                                           \
+            }                                                                              \
+        }                                                                                  \
     }
-}
-
-inline void cv_expand_row4(__global int4 *d, __global const int4 *s, int units, uint lane,
-                           uint lpr)
-{
-    for (int c0 = lane; c0 < units; c0 += 4 * lpr) {
-        int4 v[4];
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            int c = c0 + k * (int)lpr;
-            if (c < units)
-                v[k] = s[c];
-        }
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            int c = c0 + k * (int)lpr;
-            if (c < units)
-                d[c] = v[k];
-        }
-    }
-}
+CV_DEFINE_EXPAND_ROW(cv_expand_row, int)
+CV_DEFINE_EXPAND_ROW(cv_expand_row4, int4)
 
 /*
  * One launch: every work-group derives the total (n * uniform_q, or the sum
