@@ -192,8 +192,10 @@ double ct_rel_err(const void *a, const void *b, clvarlen_dtype dtype, size_t n)
     double num = 0.0, den = 0.0;
     for (size_t i = 0; i < n; i++) {
         double x = ct_get(a, dtype, i), y = ct_get(b, dtype, i);
+        if (isnan(x) || isnan(y)) /* NaN never passes, not even against NaN */
+            return INFINITY;
         if (!isfinite(y)) {
-            if (x == y || (isnan(x) && isnan(y)))
+            if (x == y)
                 continue;
             return INFINITY;
         }
@@ -212,8 +214,10 @@ double ct_max_abs_err(const void *a, const void *b, clvarlen_dtype dtype, size_t
     double m = 0.0;
     for (size_t i = 0; i < n; i++) {
         double x = ct_get(a, dtype, i), y = ct_get(b, dtype, i);
+        if (isnan(x) || isnan(y)) /* NaN never passes, not even against NaN */
+            return INFINITY;
         if (!isfinite(y)) {
-            if (x == y || (isnan(x) && isnan(y)))
+            if (x == y)
                 continue;
             return INFINITY;
         }

@@ -87,7 +87,8 @@ int64_t ct_rng_int(uint64_t *state, int64_t lo, int64_t hi);
 /* A seed for one op derived from --seed and the op's name, so that --op
  * filtering does not change the data an op sees. */
 uint64_t ct_seed_for(const ct_options *opt, const char *op);
-/* Largest |a[i] - b[i]| over n elements (inf if NaN/Inf appears in a where b is finite). */
+/* Largest |a[i] - b[i]| over n elements; inf where either holds a NaN, or an infinity the
+ * other does not match. ct_rel_err (relative L2) treats NaN and infinities the same way. */
 double ct_max_abs_err(const void *a, const void *b, clvarlen_dtype dtype, size_t n);
 /* SPEC section 4 tolerance of a float dtype (f32 1e-5, f16 2e-3, bf16 1e-2; 0 otherwise). */
 double ct_tolerance(clvarlen_dtype dtype);
