@@ -130,14 +130,56 @@ clvarlen_status cv_read(clvarlen_context *ctx, cl_mem mem, size_t offset, size_t
 }
 
 clvarlen_status cv_write(clvarlen_context *ctx, cl_mem mem, size_t offset, size_t bytes,
-                         const void *host)
+                         const void *host, cl_uint num_events, const cl_event *wait_list,
+                         cl_event *event)
 {
+    if (event)
+        *event = NULL;
     if (bytes == 0)
         return CLVARLEN_SUCCESS;
     return cv_cl_check(ctx,
-                       clEnqueueWriteBuffer(ctx->queue, mem, CL_TRUE, offset, bytes, host, 0,
-                                            NULL, NULL),
+                       clEnqueueWriteBuffer(ctx->queue, mem, CL_TRUE, offset, bytes, host,
+                                            num_events, num_events ? wait_list : NULL, event),
                        "clEnqueueWriteBuffer");
+}
+
+clvarlen_status cv_read_rows(clvarlen_context *ctx, cl_mem mem, int64_t rows, size_t row_bytes,
+                             size_t dev_stride_b, void *host, size_t host_stride_b,
+                             cl_uint num_events, const cl_event *wait_list)
+{
+    if (rows <= 0 || row_bytes == 0)
+        return CLVARLEN_SUCCESS;
+    if (rows == 1 || (dev_stride_b == row_bytes && host_stride_b == row_bytes))
+        return cv_read(ctx, mem, 0, (size_t)(rows - 1) * dev_stride_b + row_bytes, host,
+                       num_events, wait_list);
+    /* A rect spans whole pitches, so it stops one row short of the buffer's
+     * end (NVIDIA refuses a rect past it); the last row is read plainly. */
+    size_t origin[3] = {0, 0, 0};
+    size_t region[3] = {row_bytes, (size_t)rows - 1, 1};
+    cl_int err = clEnqueueReadBufferRect(ctx->queue, mem, CL_TRUE, origin, origin, region,
+                                         dev_stride_b, 0, host_stride_b, 0, host, num_events,
+                                         num_events ? wait_list : NULL, NULL);
+    if (err != CL_SUCCESS)
+        return cv_cl_check(ctx, err, "clEnqueueReadBufferRect");
+    return cv_read(ctx, mem, (size_t)(rows - 1) * dev_stride_b, row_bytes,
+                   (char *)host + (size_t)(rows - 1) * host_stride_b, 0, NULL);
+}
+
+clvarlen_status cv_temp(clvarlen_context *ctx, size_t bytes, cl_mem *mem)
+{
+    if (!ctx->temp || ctx->temp_bytes < bytes) {
+        size_t size = CV_MAX(bytes, 2 * ctx->temp_bytes);
+        size = (size + 4095) & ~(size_t)4095;
+        cl_mem m = NULL;
+        clvarlen_status st = cv_buffer(ctx, size, NULL, &m);
+        if (st != CLVARLEN_SUCCESS)
+            return st;
+        cv_release(&ctx->temp); /* commands still using it keep it alive */
+        ctx->temp = m;
+        ctx->temp_bytes = size;
+    }
+    *mem = ctx->temp;
+    return CLVARLEN_SUCCESS;
 }
 
 void cv_release(cl_mem *mem)

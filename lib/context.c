@@ -295,6 +295,10 @@ static clvarlen_status attach_device(clvarlen_context *ctx, cl_platform_id platf
     }
     cv_device_describe(platform, dev, index, &ctx->device);
     cv_tuning_for(&ctx->device, &ctx->tuning);
+    cl_device_fp_config fp = 0;
+    ctx->exact_div = clGetDeviceInfo(dev, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL) ==
+                         CL_SUCCESS &&
+                     (fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) != 0;
     ctx->has_cl = 1;
     return CLVARLEN_SUCCESS;
 }
@@ -347,7 +351,7 @@ void clvarlen_context_destroy(clvarlen_context *ctx)
         clFinish(ctx->queue);
     cv_programs_release(ctx);
     cv_release(&ctx->check_flag);
-    cv_segment_release(ctx);
+    cv_release(&ctx->temp);
     if (ctx->queue)
         clReleaseCommandQueue(ctx->queue);
     if (ctx->cl_ctx)

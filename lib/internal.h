@@ -26,6 +26,24 @@
 #define CV_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define CV_MAX(a, b) ((a) > (b) ? (a) : (b))
 
+/** The largest power of two <= x (1 for x < 2). */
+static inline int64_t cv_pow2_floor(int64_t x)
+{
+    int64_t p = 1;
+    while (p <= x / 2)
+        p *= 2;
+    return p;
+}
+
+/** The smallest power of two >= x (1 for x < 2); x <= 2^62. */
+static inline int64_t cv_pow2_ceil(int64_t x)
+{
+    int64_t p = 1;
+    while (p < x)
+        p *= 2;
+    return p;
+}
+
 /* ------------------------------------------------------------ CPU thread pool (lib/cpu/threadpool.c) */
 
 typedef struct cv_pool cv_pool;
@@ -112,11 +130,13 @@ struct clvarlen_context {
     cl_command_queue queue;
     cv_program *programs;      /* in-memory program cache, a list */
     cl_mem check_flag;         /* one int for device-side checks, made on first use */
-    /* Segment family temporaries (lib/op-segment.c): a scratch word and work
-     * arrays, kept across calls because releasing a buffer still in use
-     * blocks on some drivers; grown on demand, freed by cv_segment_release. */
-    cl_mem seg_temp;
-    size_t seg_temp_bytes;
+    int gdn_shfl_refused;      /* the driver refused gated delta's warp shuffles */
+    int exact_div;             /* f32 divide is correctly rounded (CL_DEVICE_SINGLE_FP_CONFIG) */
+    /* Work space of the ops' command chains (cv_temp): kept across calls
+     * because releasing a buffer that queued kernels still use blocks on some
+     * drivers; grown on demand, freed by clvarlen_context_destroy. */
+    cl_mem temp;
+    size_t temp_bytes;
 #endif
 };
 
@@ -129,13 +149,14 @@ void cv_clear_error(clvarlen_context *ctx);
 void cv_log(clvarlen_context *ctx, clvarlen_log_level level, const char *fmt, ...) CV_PRINTF(3, 4);
 
 /** Public entry points on a context start with CV_ENTER(ctx): NULL check and error reset. */
-#define CV_ENTER(ctx)                                                                          \
+#define CV_ENTER_FN(ctx, fn)                                                                   \
     do {                                                                                       \
         if (!(ctx))                                                                            \
             return cv_error(NULL, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: context is NULL",     \
-                            __func__);                                                         \
+                            (fn));                                                             \
         cv_clear_error(ctx);                                                                   \
     } while (0)
+#define CV_ENTER(ctx) CV_ENTER_FN(ctx, __func__)
 
 /** True when the context runs on OpenCL. */
 static inline bool cv_use_cl(const clvarlen_context *ctx)
@@ -229,7 +250,6 @@ static inline void cv_arg_raw(cv_args *a, size_t size, const void *value)
     a->index++;
 }
 #define CV_ARG(a, v) cv_arg_raw(&(a), sizeof(v), &(v))
-#define CV_ARG_LOCAL(a, bytes) cv_arg_raw(&(a), (bytes), NULL)
 
 /** clEnqueueNDRangeKernel with error reporting; global sizes are rounded up to local. */
 clvarlen_status cv_enqueue(clvarlen_context *ctx, cl_kernel kernel, const char *what, cl_uint dims,
@@ -241,9 +261,33 @@ clvarlen_status cv_buffer(clvarlen_context *ctx, size_t bytes, const void *init,
 /** Blocking read of bytes at offset into host memory (no-op for bytes == 0). */
 clvarlen_status cv_read(clvarlen_context *ctx, cl_mem mem, size_t offset, size_t bytes, void *host,
                         cl_uint num_events, const cl_event *wait_list);
-/** Blocking write from host memory (no-op for bytes == 0). */
+/** Blocking write from host memory after the wait list; *event (may be NULL) gets the
+ * write's event (left NULL for bytes == 0, which enqueues nothing). */
 clvarlen_status cv_write(clvarlen_context *ctx, cl_mem mem, size_t offset, size_t bytes,
-                         const void *host);
+                         const void *host, cl_uint num_events, const cl_event *wait_list,
+                         cl_event *event);
+/** Replaces the event in *slot by ev (the last command of a chain), releasing the old one. */
+static inline void cv_event_replace(cl_event *slot, cl_event ev)
+{
+    if (*slot)
+        clReleaseEvent(*slot);
+    *slot = ev;
+}
+/**
+ * Blocking read of `rows` rows of row_bytes from mem (rows dev_stride_b apart,
+ * from offset 0) into host (rows host_stride_b apart), after the wait list.
+ * Only row bytes are written on the host, so bytes between rows stay as they are.
+ */
+clvarlen_status cv_read_rows(clvarlen_context *ctx, cl_mem mem, int64_t rows, size_t row_bytes,
+                             size_t dev_stride_b, void *host, size_t host_stride_b,
+                             cl_uint num_events, const cl_event *wait_list);
+/**
+ * The context's temp buffer, at least `bytes` long. One command chain uses it
+ * at a time: chains follow each other on the context's in-order queue
+ * (clvarlen_context_create_cl refuses out-of-order queues). Growing replaces
+ * the buffer; commands still using the old one keep it alive.
+ */
+clvarlen_status cv_temp(clvarlen_context *ctx, size_t bytes, cl_mem *mem);
 /** Releases a buffer if not NULL. */
 void cv_release(cl_mem *mem);
 
@@ -268,8 +312,6 @@ clvarlen_status cv_check_end(clvarlen_context *ctx, const char *fn, cl_event aft
 clvarlen_status cv_check_cu_seqlens_device(clvarlen_context *ctx, cl_mem cu, size_t cu_offset,
                                            int64_t n, int64_t total, cl_uint num_events,
                                            const cl_event *wait_list, cl_event *event);
-/** Frees the segment family's per-context buffers (called by clvarlen_context_destroy). */
-void cv_segment_release(clvarlen_context *ctx);
 #endif /* CLVARLEN_HAVE_OPENCL */
 
 /* ------------------------------------------------------------ program cache (lib/program-cache.c) */

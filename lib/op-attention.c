@@ -207,15 +207,6 @@ static int dtype_code(clvarlen_dtype dt)
     return dt == CLVARLEN_DTYPE_F16 ? 1 : dt == CLVARLEN_DTYPE_BF16 ? 2 : 0;
 }
 
-/* The largest power of two <= x (1 for x < 1). */
-static int pow2_floor(int x)
-{
-    int p = 1;
-    while (p <= x / 2)
-        p *= 2;
-    return p;
-}
-
 static bool is_nvidia_mma(const clvarlen_context *ctx)
 {
     return ctx->device.vendor == CLVARLEN_VENDOR_NVIDIA && ctx->device.cc_major >= 8 &&
@@ -284,9 +275,9 @@ static clvarlen_status choose_cfg(clvarlen_context *ctx, const char *fn, const c
      * TY = wg / TX across its rows; all three sizes powers of two, key tiles
      * of at least 4 (float4 rows of P). Shrink the tiles until local memory
      * fits. */
-    int wg = pow2_floor(ctx->tuning.attn_wg ? (int)ctx->tuning.attn_wg : 64);
-    int bm = pow2_floor(ctx->tuning.attn_block_m ? (int)ctx->tuning.attn_block_m : 32);
-    int bn = pow2_floor(ctx->tuning.attn_block_n ? (int)ctx->tuning.attn_block_n : 32);
+    int wg = (int)cv_pow2_floor(ctx->tuning.attn_wg ? (int)ctx->tuning.attn_wg : 64);
+    int bm = (int)cv_pow2_floor(ctx->tuning.attn_block_m ? (int)ctx->tuning.attn_block_m : 32);
+    int bn = (int)cv_pow2_floor(ctx->tuning.attn_block_n ? (int)ctx->tuning.attn_block_n : 32);
     int tx = wg < 16 ? wg : 16;
     int ty = wg / tx;
     int bn_min = tx < 4 ? 4 : tx;
@@ -357,8 +348,9 @@ static clvarlen_status attn_enqueue(clvarlen_context *ctx, const char *fn, const
                             cfg.mma ? "attn_fwd_mma" : "attn_fwd", &attn)) != CLVARLEN_SUCCESS)
         return st;
 
+    /* The work list lives in the context's temp buffer (no per-call allocation). */
     cl_mem wl = NULL;
-    if ((st = cv_buffer(ctx, (size_t)wl_ints * 4, NULL, &wl)) != CLVARLEN_SUCCESS)
+    if ((st = cv_temp(ctx, (size_t)wl_ints * 4, &wl)) != CLVARLEN_SUCCESS)
         return st;
 
     cl_int n_seqs = (cl_int)d->n_seqs, total_q = (cl_int)d->total_q;
@@ -373,19 +365,15 @@ static clvarlen_status attn_enqueue(clvarlen_context *ctx, const char *fn, const
     CV_ARG(a, cap);
     CV_ARG(a, wl);
     CV_ARG(a, flag);
-    if (a.err != CL_SUCCESS) {
-        cv_release(&wl);
+    if (a.err != CL_SUCCESS)
         return cv_cl_check(ctx, a.err, "clSetKernelArg(attn_worklist)");
-    }
     size_t bwg = ctx->tuning.scan_wg ? ctx->tuning.scan_wg : 64;
     if (bwg > 256)
         bwg = 256;
     cl_event built = NULL;
     st = cv_enqueue(ctx, build, "attn_worklist", 1, &bwg, &bwg, num_events, wait_list, &built);
-    if (st != CLVARLEN_SUCCESS) {
-        cv_release(&wl);
+    if (st != CLVARLEN_SUCCESS)
         return st;
-    }
 
     cl_ulong q_off = m->q_off, k_off = m->k_off, v_off = m->v_off, q_pos_off = m->q_pos_off;
     cl_ulong o_off = m->o_off, lse_off = m->lse_off;
@@ -430,7 +418,6 @@ static clvarlen_status attn_enqueue(clvarlen_context *ctx, const char *fn, const
     CV_ARG(a, flag);
     if (a.err != CL_SUCCESS) {
         clReleaseEvent(built);
-        cv_release(&wl);
         return cv_cl_check(ctx, a.err, "clSetKernelArg(attention)");
     }
     size_t local = (size_t)cfg.wg;
@@ -438,8 +425,6 @@ static clvarlen_status attn_enqueue(clvarlen_context *ctx, const char *fn, const
     st = cv_enqueue(ctx, attn, cfg.mma ? "attn_fwd_mma" : "attn_fwd", 1, &global, &local, 1,
                     &built, event);
     clReleaseEvent(built);
-    /* Released now, freed by the runtime once the kernels that use it finish. */
-    cv_release(&wl);
     return st;
 }
 
@@ -470,10 +455,7 @@ static clvarlen_status cl_forward_host(clvarlen_context *ctx, const char *fn,
         (st = cv_buffer(ctx, cu_bytes, cu_k, &m.cu_k)) != CLVARLEN_SUCCESS ||
         (q_pos && (st = cv_buffer(ctx, (size_t)d->total_q * 4, q_pos, &m.q_pos)) !=
                       CLVARLEN_SUCCESS) ||
-        /* A strided o keeps the caller's bytes between rows: upload them so the
-         * read-back returns them unchanged. */
-        (st = cv_buffer(ctx, o_bytes, d->o_stride > o_row ? o : NULL, &m.o)) !=
-            CLVARLEN_SUCCESS ||
+        (st = cv_buffer(ctx, o_bytes, NULL, &m.o)) != CLVARLEN_SUCCESS ||
         (lse && (st = cv_buffer(ctx, lse_bytes, NULL, &m.lse)) != CLVARLEN_SUCCESS))
         goto done;
     if (lse && !(lse_tmp = malloc(lse_bytes ? lse_bytes : 1))) {
@@ -485,7 +467,10 @@ static clvarlen_status cl_forward_host(clvarlen_context *ctx, const char *fn,
     /* lse goes through a temporary so that a failed read leaves the outputs untouched. */
     if (lse && (st = cv_read(ctx, m.lse, 0, lse_bytes, lse_tmp, 1, &done)) != CLVARLEN_SUCCESS)
         goto done;
-    if ((st = cv_read(ctx, m.o, 0, o_bytes, o, 1, &done)) != CLVARLEN_SUCCESS)
+    /* Only row bytes come back: a strided o keeps the caller's bytes between rows. */
+    size_t es = cv_dtype_size(d->dtype), o_stride_b = (size_t)d->o_stride * es;
+    if ((st = cv_read_rows(ctx, m.o, d->total_q, (size_t)o_row * es, o_stride_b, o, o_stride_b,
+                           1, &done)) != CLVARLEN_SUCCESS)
         goto done;
     if (lse)
         memcpy(lse, lse_tmp, lse_bytes);

@@ -272,22 +272,6 @@ typedef struct gdn_tiles {
     int64_t chunk_min; /* AUTO: sequences at least this long run chunked */
 } gdn_tiles;
 
-static int pow2_floor(int64_t x)
-{
-    int r = 1;
-    while (r * 2 <= x && r < (1 << 20))
-        r *= 2;
-    return r;
-}
-
-static int pow2_ceil(int64_t x)
-{
-    int r = 1;
-    while (r < x)
-        r *= 2;
-    return r;
-}
-
 /* Local memory of gdn_chunked, as declared there. */
 static size_t gdn_chunk_local_bytes(int K, int cvt, int ks)
 {
@@ -345,10 +329,10 @@ static void gdn_resolve_tiles(const clvarlen_context *ctx, int K, int V, gdn_til
     int64_t cmin = tu->gdn_chunk_min ? (int64_t)tu->gdn_chunk_min : 0;
     gdn_tuning_override(&wg, &vt, &tk, &cwg, &cvt, &cmin);
 
-    tk = pow2_floor(CV_MAX(1, CV_MIN(tk, maxwg)));
-    tk = CV_MIN(tk, pow2_ceil(K));
-    vt = CV_MIN(pow2_floor(CV_MAX(vt, 1)), pow2_ceil(V));
-    wg = pow2_floor(CV_MAX(1, CV_MIN(wg, maxwg)));
+    tk = (int)cv_pow2_floor(CV_MAX(1, CV_MIN(tk, maxwg)));
+    tk = CV_MIN(tk, (int)cv_pow2_ceil(K));
+    vt = CV_MIN((int)cv_pow2_floor(CV_MAX(vt, 1)), (int)cv_pow2_ceil(V));
+    wg = (int)cv_pow2_floor(CV_MAX(1, CV_MIN(wg, maxwg)));
     if (wg < tk)
         wg = tk;
     int nvg = CV_MIN(wg / tk, vt);
@@ -357,12 +341,12 @@ static void gdn_resolve_tiles(const clvarlen_context *ctx, int K, int V, gdn_til
     t->tk = tk;
 
     /* the chunked kernel assumes 64 <= work-group <= 256 (rows are work-items) */
-    cwg = pow2_floor(CV_MAX(64, CV_MIN(cwg, 256)));
+    cwg = (int)cv_pow2_floor(CV_MAX(64, CV_MIN(cwg, 256)));
     t->ks = 16;
     t->cwg = cwg;
     t->cvt = 0;
     if (cwg <= maxwg) {
-        cvt = CV_MIN(CV_MIN(pow2_floor(CV_MAX(cvt, 1)), pow2_ceil(V)), cwg);
+        cvt = CV_MIN(CV_MIN((int)cv_pow2_floor(CV_MAX(cvt, 1)), (int)cv_pow2_ceil(V)), cwg);
         uint64_t local = ctx->device.local_mem_bytes ? ctx->device.local_mem_bytes : 32768;
         while (cvt >= 1 && gdn_chunk_local_bytes(K, cvt, t->ks) > local)
             cvt /= 2;
@@ -387,11 +371,10 @@ static clvarlen_status gdn_kernel(clvarlen_context *ctx, const cv_gdn_problem *p
         snprintf(opts, sizeof opts,
                  "-DCV_K=%d -DCV_V=%d -DCV_DT=%d -DCV_ST_DT=%d -DCV_WG=%d -DCV_VT=%d -DCV_TK=%d",
                  (int)p->K, (int)p->V, (int)p->dtype, (int)p->state_dtype, t->wg, t->vt, t->tk);
-    /* NVIDIA: warp-shuffle reductions (inline PTX) in whole warps; should a driver
-     * refuse them, the portable program serves from then on */
-    static int nv_shfl_refused;
+    /* NVIDIA: warp-shuffle reductions (inline PTX) in whole warps; should the
+     * driver refuse them, the portable program serves this context from then on */
     const bool shfl = strcmp(name, "gdn_chunked") != 0 &&
-                      ctx->device.vendor == CLVARLEN_VENDOR_NVIDIA && !nv_shfl_refused &&
+                      ctx->device.vendor == CLVARLEN_VENDOR_NVIDIA && !ctx->gdn_shfl_refused &&
                       t->wg % 32 == 0 && t->tk >= 2 && t->tk <= 32;
     if (shfl) {
         char nv[300];
@@ -399,7 +382,7 @@ static clvarlen_status gdn_kernel(clvarlen_context *ctx, const cv_gdn_problem *p
         clvarlen_status st = cv_get_kernel(ctx, "gated-delta.cl", nv, name, kernel);
         if (st != CLVARLEN_ERROR_KERNEL_BUILD)
             return st;
-        nv_shfl_refused = 1;
+        ctx->gdn_shfl_refused = 1;
         cv_log(ctx, CLVARLEN_LOG_INFO, "gated delta: warp shuffles refused, using local memory");
         cv_clear_error(ctx);
     }
@@ -487,13 +470,6 @@ static void gdn_set_args(cv_args *ar, const cv_gdn_problem *p, const gdn_bufs *d
 
 /* Moves *ev into *prev (releasing the older one): commands are chained by
  * events so that an out-of-order queue keeps their order too. */
-static void gdn_chain(cl_event *prev, cl_event ev)
-{
-    if (*prev)
-        clReleaseEvent(*prev);
-    *prev = ev;
-}
-
 /* Which kernels run: the host decides from what it knows about the lengths. */
 typedef struct gdn_plan {
     int recurrent;     /* launch the token kernel */
@@ -522,7 +498,7 @@ static clvarlen_status gdn_enqueue(clvarlen_context *ctx, const cv_gdn_problem *
                                             p->total_tokens, GDN_WAIT_N, GDN_WAIT_L, &ev);
             if (st != CLVARLEN_SUCCESS)
                 goto out;
-            gdn_chain(&prev, ev);
+            cv_event_replace(&prev, ev);
         }
         if (p->n_seqs > 0 && (d->sidx.m || d->inter.m)) {
             cl_kernel kc;
@@ -554,7 +530,7 @@ static clvarlen_status gdn_enqueue(clvarlen_context *ctx, const cv_gdn_problem *
                             &ev);
             if (st != CLVARLEN_SUCCESS)
                 goto out;
-            gdn_chain(&prev, ev);
+            cv_event_replace(&prev, ev);
         }
     }
 
@@ -580,7 +556,7 @@ static clvarlen_status gdn_enqueue(clvarlen_context *ctx, const cv_gdn_problem *
                         &local, GDN_WAIT_N, GDN_WAIT_L, &ev);
         if (st != CLVARLEN_SUCCESS)
             goto out;
-        gdn_chain(&prev, ev);
+        cv_event_replace(&prev, ev);
     }
     if (!prev && event) {
         /* nothing to run: the returned event still completes after the wait list */
@@ -649,7 +625,6 @@ static clvarlen_status gdn_host_cl(clvarlen_context *ctx, const char *fn,
     gdn_bufs d;
     memset(&d, 0, sizeof d);
     int32_t *dsidx = NULL, *dcidx = NULL;
-    void *o_tmp = NULL;
     cl_event done = NULL;
 
     gdn_tiles t;
@@ -725,26 +700,11 @@ static clvarlen_status gdn_host_cl(clvarlen_context *ctx, const char *fn,
     dp.cache_slots = n_cache;
     if ((st = gdn_enqueue(ctx, &dp, &d, &t, &plan, NULL, 0, NULL, &done)) != CLVARLEN_SUCCESS)
         goto out;
-    if ((st = cv_cl_check(ctx, clWaitForEvents(1, &done), "gated delta: clWaitForEvents")) !=
-        CLVARLEN_SUCCESS)
-        goto out;
-
-    /* success: only now do outputs change */
-    if (p->o_stride == HV * V) {
-        st = cv_read(ctx, d.o.m, 0, (size_t)T * (size_t)(HV * V) * es, p->o, 0, NULL);
-    } else {
-        o_tmp = malloc((size_t)T * (size_t)(HV * V) * es);
-        if (!o_tmp) {
-            st = cv_error(ctx, CLVARLEN_ERROR_OUT_OF_MEMORY, "%s: out of memory", fn);
-            goto out;
-        }
-        st = cv_read(ctx, d.o.m, 0, (size_t)T * (size_t)(HV * V) * es, o_tmp, 0, NULL);
-        if (st == CLVARLEN_SUCCESS)
-            for (int64_t tt = 0; tt < T; tt++)
-                memcpy((char *)p->o + (size_t)(tt * p->o_stride) * es,
-                       (const char *)o_tmp + (size_t)(tt * HV * V) * es, (size_t)(HV * V) * es);
-    }
-    if (st != CLVARLEN_SUCCESS)
+    /* outputs change only once the kernels succeeded: the read waits on them
+     * and fails without writing if they failed */
+    const size_t o_row_b = (size_t)(HV * V) * es;
+    if ((st = cv_read_rows(ctx, d.o.m, T, o_row_b, o_row_b, p->o, (size_t)p->o_stride * es, 1,
+                           &done)) != CLVARLEN_SUCCESS)
         goto out;
     for (int64_t n = 0; n < N; n++) {
         cl_int err = CL_SUCCESS;
@@ -781,7 +741,6 @@ out:
                      &d.inter.m, &d.cidx.m,    &d.o.m};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         cv_release(all[i]);
-    free(o_tmp);
     free(dsidx);
     free(dcidx);
     return st;

@@ -12,10 +12,9 @@
  * units (-DCV_UNIT), accumulation dtypes (-DCV_DTYPE) and work-group sizes
  * from ctx->tuning as -D options. Scans over at most SEG_FUSE_MAX sequences
  * are fused into the row kernels (pack, CP rows: one launch); other
- * temporaries live in a per-context buffer (ctx->seg_temp), since releasing
- * a buffer that queued kernels still use blocks on some drivers. Also here:
+ * temporaries live in the context's temp buffer (cv_temp). Also here:
  * cv_check_cu_seqlens_device (the cu_seqlens check kernel's launcher, used by
- * the other families) and cv_segment_release.
+ * the other families).
  */
 #include "internal.h"
 
@@ -27,15 +26,6 @@
 #include <string.h>
 
 /* ================================================================ host-side validation */
-
-/* CV_ENTER for helpers shared by several entry points: messages name `fn`. */
-#define SEG_ENTER(ctx, fn)                                                                     \
-    do {                                                                                       \
-        if (!(ctx))                                                                            \
-            return cv_error(NULL, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: context is NULL",     \
-                            (fn));                                                             \
-        cv_clear_error(ctx);                                                                   \
-    } while (0)
 
 static clvarlen_status need(clvarlen_context *ctx, const char *fn, const char *what,
                             const void *p, bool needed)
@@ -61,7 +51,6 @@ static clvarlen_status check_count(clvarlen_context *ctx, const char *fn, const 
 /* Row tensor geometry in bytes. */
 typedef struct seg_rows {
     size_t row_bytes, stride_b, span;
-    int64_t stride;
 } seg_rows;
 
 static clvarlen_status rows_geom(clvarlen_context *ctx, const char *fn, const char *what,
@@ -71,11 +60,10 @@ static clvarlen_status rows_geom(clvarlen_context *ctx, const char *fn, const ch
     clvarlen_status st = cv_check_rows(ctx, fn, what, dtype, row_elems, rows, stride, &stride);
     if (st != CLVARLEN_SUCCESS)
         return st;
-    if (rows > 0 && !ptr)
-        return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", fn, what);
+    if ((st = need(ctx, fn, what, ptr, rows > 0)) != CLVARLEN_SUCCESS)
+        return st;
     size_t es = cv_dtype_size(dtype);
     g->row_bytes = (size_t)row_elems * es;
-    g->stride = stride;
     g->stride_b = (size_t)stride * es;
     g->span = cv_span_bytes(dtype, row_elems, rows, stride);
     return CLVARLEN_SUCCESS;
@@ -228,37 +216,22 @@ static clvarlen_status check_gen(clvarlen_context *ctx, const char *fn, int32_t 
 /* Cap on work-groups of grid-stride kernels (keeps every NDRange dimension small). */
 #define SEG_MAX_GROUPS 65536
 
-static size_t pow2_floor(size_t x)
-{
-    size_t p = 1;
-    while (p * 2 <= x)
-        p *= 2;
-    return p;
-}
-
-static size_t pow2_ceil(size_t x)
-{
-    size_t p = 1;
-    while (p < x)
-        p *= 2;
-    return p;
-}
-
 static size_t copy_wg(const clvarlen_context *ctx)
 {
-    return pow2_floor(ctx->tuning.copy_wg ? ctx->tuning.copy_wg : 64);
+    return (size_t)cv_pow2_floor(ctx->tuning.copy_wg ? (int64_t)ctx->tuning.copy_wg : 64);
 }
 
 static size_t scan_wg(const clvarlen_context *ctx)
 {
-    return pow2_floor(ctx->tuning.scan_wg ? ctx->tuning.scan_wg : 64);
+    return (size_t)cv_pow2_floor(ctx->tuning.scan_wg ? (int64_t)ctx->tuning.scan_wg : 64);
 }
 
 /* seqlens_expand: a short kernel of many small groups (H100: 8 us at 64 or 128
  * work-items, 10-12 us at 256-1024); the scans' size where the table has none. */
 static size_t expand_wg(const clvarlen_context *ctx)
 {
-    return ctx->tuning.expand_wg ? pow2_floor(ctx->tuning.expand_wg) : scan_wg(ctx);
+    return ctx->tuning.expand_wg ? (size_t)cv_pow2_floor((int64_t)ctx->tuning.expand_wg)
+                                 : scan_wg(ctx);
 }
 
 /* Units each lane of a row copy loads before storing, and the fewest lanes
@@ -365,8 +338,9 @@ static void row_geo_wg(const clvarlen_context *ctx, size_t wg, int64_t max_group
     /* Enough lanes that each moves about CV_UNROLL units, but at least
      * min_lanes per row so a warp's accesses stay in long contiguous runs. */
     size_t unroll = (size_t)copy_unroll();
-    size_t lpr = pow2_ceil(((size_t)(units > 0 ? units : 1) + unroll - 1) / unroll);
-    size_t floor_lanes = CV_MIN(pow2_ceil((size_t)(units > 0 ? units : 1)), copy_min_lanes());
+    const int64_t u = units > 0 ? (int64_t)units : 1;
+    size_t lpr = (size_t)cv_pow2_ceil((u + (int64_t)unroll - 1) / (int64_t)unroll);
+    size_t floor_lanes = CV_MIN((size_t)cv_pow2_ceil(u), copy_min_lanes());
     if (lpr < floor_lanes)
         lpr = floor_lanes;
     if (lpr > wg)
@@ -437,9 +411,7 @@ static void seq_wait(const seg_seq *q, cl_uint *nw, const cl_event **wl)
 
 static void seq_take(seg_seq *q, cl_event ev)
 {
-    if (q->last)
-        clReleaseEvent(q->last);
-    q->last = ev;
+    cv_event_replace(&q->last, ev);
 }
 
 static clvarlen_status seq_run(seg_seq *q, cl_kernel k, const char *what, size_t global,
@@ -487,35 +459,11 @@ static size_t align8(size_t x)
     return (x + 7) & ~(size_t)7;
 }
 
-/*
- * The context's temp buffer with `bytes` of work space at SEG_TEMP_OFF (one
- * call per chain: growing replaces the buffer). Commands of a chain follow
- * the previous chain's: contexts only have in-order queues
- * (clvarlen_context_create_cl rejects others).
- */
+/* The context's temp buffer with `bytes` of work space at SEG_TEMP_OFF (one
+ * call per chain). */
 static clvarlen_status seq_temp(seg_seq *q, size_t bytes, cl_mem *mem)
 {
-    clvarlen_context *ctx = q->ctx;
-    size_t need = SEG_TEMP_OFF + bytes;
-    if (!ctx->seg_temp || ctx->seg_temp_bytes < need) {
-        size_t size = CV_MAX(need, 2 * ctx->seg_temp_bytes);
-        size = (size + 4095) & ~(size_t)4095;
-        cl_mem m = NULL;
-        clvarlen_status st = cv_buffer(ctx, size, NULL, &m);
-        if (st != CLVARLEN_SUCCESS)
-            return st;
-        cv_release(&ctx->seg_temp); /* commands still using it keep it alive */
-        ctx->seg_temp = m;
-        ctx->seg_temp_bytes = size;
-    }
-    *mem = ctx->seg_temp;
-    return CLVARLEN_SUCCESS;
-}
-
-void cv_segment_release(clvarlen_context *ctx)
-{
-    cv_release(&ctx->seg_temp);
-    ctx->seg_temp_bytes = 0;
+    return cv_temp(q->ctx, SEG_TEMP_OFF + bytes, mem);
 }
 
 /* Hands the last event to the caller (a marker after the wait list when
@@ -545,20 +493,7 @@ static clvarlen_status read_rows(seg_seq *q, cl_mem mem, int64_t rows, size_t ro
     cl_uint nw;
     const cl_event *wl;
     seq_wait(q, &nw, &wl);
-    if (rows <= 0)
-        return CLVARLEN_SUCCESS;
-    if (rows == 1 || stride_b == row_bytes)
-        return cv_read(q->ctx, mem, 0, (size_t)(rows - 1) * stride_b + row_bytes, host, nw, wl);
-    /* A rect spans whole pitches, so it stops one row short of the buffer's
-     * end (NVIDIA refuses a rect past it); the last row is read plainly. */
-    size_t origin[3] = {0, 0, 0};
-    size_t region[3] = {row_bytes, (size_t)rows - 1, 1};
-    cl_int err = clEnqueueReadBufferRect(q->ctx->queue, mem, CL_TRUE, origin, origin, region,
-                                         stride_b, 0, stride_b, 0, host, nw, wl, NULL);
-    if (err != CL_SUCCESS)
-        return cv_cl_check(q->ctx, err, "clEnqueueReadBufferRect");
-    size_t last = (size_t)(rows - 1) * stride_b;
-    return cv_read(q->ctx, mem, last, row_bytes, (char *)host + last, 0, NULL);
+    return cv_read_rows(q->ctx, mem, rows, row_bytes, stride_b, host, stride_b, nw, wl);
 }
 
 static clvarlen_status read_bytes(seg_seq *q, cl_mem mem, size_t bytes, void *host)
@@ -1287,12 +1222,12 @@ static clvarlen_status enq_expand(seg_seq *q, cl_mem flag, cl_int check, const e
     cl_int vec = e->col_limit % 4 == 0 && e->pt_stride % 4 == 0 && e->out_stride % 4 == 0 &&
                  e->pt_off % 16 == 0 && e->po_off % 16 == 0;
     size_t units = (size_t)CV_MAX(vec ? e->col_limit / 4 : e->col_limit, 1);
-    cl_int plpr = (cl_int)CV_MIN(wg, pow2_ceil(units));
+    cl_int plpr = (cl_int)CV_MIN(wg, (size_t)cv_pow2_ceil((int64_t)units));
     /* Output rows per work-group block: all wg without a page table, else
      * about one unit per work-item (each lane's loads go out together), so
      * the rows spread over many work-groups. */
-    size_t blk = e->page_out ? pow2_floor(wg / units) : wg;
-    cl_int blk_rows = (cl_int)CV_MIN(blk, wg); /* pow2_floor(0) is 1 */
+    size_t blk = e->page_out ? (size_t)cv_pow2_floor((int64_t)(wg / units)) : wg;
+    cl_int blk_rows = (cl_int)CV_MIN(blk, wg); /* cv_pow2_floor(0) is 1 */
     cl_long pts = e->pt_stride, cap = e->capacity, os = e->out_stride;
     cl_mem pt = e->page_out ? e->page_table : NULL;
     cv_args a = cv_args_begin(k);
@@ -1547,15 +1482,6 @@ static clvarlen_status enq_cp_rows(seg_seq *q, cl_mem flag, cl_int check, const 
 }
 
 /* True when f32 division and sqrt are correctly rounded (gen_seq_lens needs it). */
-static bool device_exact_div(clvarlen_context *ctx)
-{
-    cl_device_fp_config cfg = 0;
-    if (clGetDeviceInfo(ctx->cl_dev, CL_DEVICE_SINGLE_FP_CONFIG, sizeof cfg, &cfg, NULL) !=
-        CL_SUCCESS)
-        return false;
-    return (cfg & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) != 0;
-}
-
 /*
  * gen_seq_lens must be bit-identical everywhere, and its two f32 divisions
  * are only correctly rounded on a device that reports
@@ -1568,7 +1494,7 @@ static clvarlen_status enq_gen(seg_seq *q, uint64_t seed, int32_t world, int32_t
                                int64_t total, cl_mem out, size_t out_off)
 {
     clvarlen_context *ctx = q->ctx;
-    if (!device_exact_div(ctx)) {
+    if (!ctx->exact_div) {
         size_t bytes = (size_t)world * (size_t)n * sizeof(int32_t);
         int32_t *host = malloc(bytes);
         if (!host)
@@ -1579,13 +1505,11 @@ static clvarlen_status enq_gen(seg_seq *q, uint64_t seed, int32_t world, int32_t
         const cl_event *wl;
         seq_wait(q, &nw, &wl);
         cl_event ev = NULL;
-        cl_int err = clEnqueueWriteBuffer(ctx->queue, out, CL_TRUE, out_off, bytes, host, nw, wl,
-                                          &ev);
+        clvarlen_status st = cv_write(ctx, out, out_off, bytes, host, nw, wl, &ev);
         free(host);
-        if (err != CL_SUCCESS)
-            return cv_cl_check(ctx, err, "clEnqueueWriteBuffer(gen_seq_lens)");
-        seq_take(q, ev);
-        return CLVARLEN_SUCCESS;
+        if (st == CLVARLEN_SUCCESS)
+            seq_take(q, ev);
+        return st;
     }
     cl_kernel k;
     clvarlen_status st = seg_kernel(ctx, SEC_GEN, 0, -1, "segment_gen_seq_lens", &k);
@@ -1833,7 +1757,7 @@ static clvarlen_status pack_host(clvarlen_context *ctx, const char *fn, clvarlen
                                  const uint8_t *mask, int64_t capacity, void *packed,
                                  int32_t *cu_seqlens, int64_t *src_index, int64_t *total_tokens)
 {
-    SEG_ENTER(ctx, fn);
+    CV_ENTER_FN(ctx, fn);
     seg_rows pr;
     clvarlen_status st = check_padded(ctx, fn, batch, max_seqlen);
     int64_t rows = batch * max_seqlen;
@@ -2332,7 +2256,7 @@ static clvarlen_status cp_rows_host(clvarlen_context *ctx, const char *fn, clvar
                                     int64_t local_capacity, int to_local,
                                     clvarlen_scatter_mode mode, unsigned flags)
 {
-    SEG_ENTER(ctx, fn);
+    CV_ENTER_FN(ctx, fn);
     clvarlen_status st = check_count(ctx, fn, "n", n);
     if (st == CLVARLEN_SUCCESS)
         st = cv_check_cu_seqlens(ctx, fn, "cu_seqlens", cu_seqlens, n, -1);
@@ -2862,7 +2786,7 @@ static clvarlen_status cl_cp_rows(clvarlen_context *ctx, const char *fn, clvarle
                                   clvarlen_scatter_mode mode, unsigned flags, cl_uint num_events,
                                   const cl_event *wait_list, cl_event *event)
 {
-    SEG_ENTER(ctx, fn);
+    CV_ENTER_FN(ctx, fn);
     clvarlen_status st = cv_cl_enter(ctx, fn, num_events, wait_list);
     seg_rows gr, lr;
     size_t es = cv_dtype_size(dtype);
