@@ -85,9 +85,8 @@ void cv_tuning_for(const clvarlen_device_info *info, cv_tuning *t)
         break;
     }
     /* Never ask for more than the device allows; kernels assume powers of two. */
-    size_t maxwg = 1;
-    while (maxwg * 2 <= (info->max_work_group_size ? (size_t)info->max_work_group_size : 256))
-        maxwg *= 2;
+    size_t maxwg = (size_t)cv_pow2_floor(
+        info->max_work_group_size ? (int64_t)info->max_work_group_size : 256);
     if (t->copy_wg > maxwg)
         t->copy_wg = maxwg;
     if (t->scan_wg > maxwg)
