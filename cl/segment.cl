@@ -706,7 +706,7 @@ inline void cv_fill_row(__global uchar *dst, uint4 fill, int units, uint lane, u
  * map_dst == 1, dst row map[i] <- src row i (no map: both i). A map entry -1
  * fills dst row i with `fill` (fill_mode 1, source-side map) or skips the
  * row; other entries outside the addressed tensor raise CV_CHECK_INDEX and
- * are skipped. copy_named == 0 fills the -1 rows only. count (may be NULL)
+ * are skipped. count (may be NULL)
  * is a device-side row count: rows >= *count are skipped, and nothing is
  * done when *count is negative or over count_cap. row_units counts CV_UNIT
  * bytes, or elements of CV_DTYPE with CV_ACC (dst += src, zero fill).
@@ -715,8 +715,8 @@ __kernel void segment_copy_rows(__global const uchar *src, ulong src_off, ulong 
                                 long src_rows, __global uchar *dst, ulong dst_off,
                                 ulong dst_stride, long dst_rows, long n_rows, int row_units,
                                 __global const int *map32, __global const long *map64,
-                                ulong map_off, int map_dst, int fill_mode, int copy_named,
-                                uint4 fill, __global const long *count, long count_cap, int lpr,
+                                ulong map_off, int map_dst, int fill_mode, uint4 fill,
+                                __global const long *count, long count_cap, int lpr,
                                 __global int *flag, int check)
 {
     CV_SKIP_ON_FLAG(flag, check);
@@ -748,9 +748,8 @@ __kernel void segment_copy_rows(__global const uchar *src, ulong src_off, ulong 
                 cv_flag(flag, CV_CHECK_INDEX);
             continue;
         }
-        if (copy_named)
-            cv_move_row(dst + dst_off + (ulong)d * dst_stride,
-                        src + src_off + (ulong)s * src_stride, row_units, lane, lpr);
+        cv_move_row(dst + dst_off + (ulong)d * dst_stride, src + src_off + (ulong)s * src_stride,
+                    row_units, lane, lpr);
     }
 }
 

@@ -646,7 +646,7 @@ typedef struct copy_args {
     int64_t n_rows;
     cl_mem map32, map64;
     size_t map_off;
-    int map_dst, fill_mode, copy_named;
+    int map_dst, fill_mode;
     unsigned char fill[16];
     cl_mem count;
     int64_t count_cap;
@@ -679,7 +679,7 @@ static clvarlen_status enq_copy(seg_seq *q, cl_mem flag, cl_int check, const cop
     cl_ulong so = c->src_off, ss = c->src_stride_b, doff = c->dst_off, ds = c->dst_stride_b;
     cl_ulong mo = c->map_off;
     cl_long sr = c->src_rows, dr = c->dst_rows, nr = c->n_rows, cap = c->count_cap;
-    cl_int md = c->map_dst, fm = c->fill_mode, cn = c->copy_named;
+    cl_int md = c->map_dst, fm = c->fill_mode;
     cl_uint4 fill;
     memcpy(&fill, c->fill, sizeof fill);
     cv_args a = cv_args_begin(k);
@@ -698,7 +698,6 @@ static clvarlen_status enq_copy(seg_seq *q, cl_mem flag, cl_int check, const cop
     CV_ARG(a, mo);
     CV_ARG(a, md);
     CV_ARG(a, fm);
-    CV_ARG(a, cn);
     CV_ARG(a, fill);
     CV_ARG(a, c->count);
     CV_ARG(a, cap);
@@ -991,7 +990,6 @@ static clvarlen_status enq_pack(seg_seq *q, cl_mem flag, cl_int check, const pac
         c.n_rows = rows_max;
         c.map64 = idx;
         c.map_off = io;
-        c.copy_named = 1;
         c.count = scratch;
         c.count_cap = p->capacity;
         st = enq_copy(q, flag, check, &c);
@@ -1044,7 +1042,6 @@ static clvarlen_status enq_unpack(seg_seq *q, cl_mem flag, cl_int check, const u
         c.map32 = inv;
         c.map_off = SEG_TEMP_OFF;
         c.fill_mode = 1;
-        c.copy_named = 1;
         fill_pattern(c.fill, u->pad, cv_dtype_size(u->dtype));
         st = enq_copy(q, flag, check, &c);
     }
@@ -1090,7 +1087,6 @@ static clvarlen_status enq_gather(seg_seq *q, cl_mem flag, cl_int check, const r
     c.map32 = r->index;
     c.map_off = r->index_off;
     c.fill_mode = 1;
-    c.copy_named = 1;
     return enq_copy(q, flag, check, &c);
 }
 
@@ -1123,7 +1119,6 @@ static clvarlen_status enq_scatter(seg_seq *q, cl_mem flag, cl_int check, const 
     c.dst_off = r->dst_off;
     c.dst_stride_b = r->dst_stride_b;
     c.dst_rows = r->dst_rows;
-    c.copy_named = 1;
     c.accumulate = acc;
     if (acc && !unique) {
         cl_kernel k;
