@@ -48,18 +48,7 @@
 #define CV_KS 16
 #endif
 
-/* flags (lib/op-gated-delta.c mirrors them) */
-#define GDN_HAS_CU 0x1
-#define GDN_HAS_POOL 0x2
-#define GDN_HAS_SIDX 0x4
-#define GDN_WRITE_BACK 0x8
-#define GDN_HAS_INTER 0x10
-#define GDN_HAS_CIDX 0x20
-#define GDN_HAS_CHECK 0x40
-#define GDN_STATE_KV 0x80
-#define GDN_L2NORM 0x100
-#define GDN_BIAS_F16 0x200
-#define GDN_BIAS_BF16 0x400
+/* flags: GDN_* in cv-shared.h */
 
 #define LOAD_ACT(p, i) cv_load_f((p), (i), CV_DT)
 #define LOAD_ST(p, i) cv_load_f((p), (i), CV_ST_DT)

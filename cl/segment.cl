@@ -249,31 +249,6 @@ inline long cv_cp_parts(__global const int *g, int s, int C, int rank)
 /* ================================================================ section 0 */
 #if CV_IN(0)
 
-/* cu[0] == 0, non-decreasing, cu[n] == total when total >= 0. */
-__kernel void segment_check_cu(__global const int *cu, ulong cu_off, int n, long total,
-                               __global int *flag)
-{
-    __global const int *c = CV_CPTR(int, cu, cu_off);
-    for (long i = get_global_id(0); i <= n; i += get_global_size(0)) {
-        int v = c[i];
-        if ((i == 0 && v != 0) || (i < n && c[i + 1] < v) ||
-            (i == n && total >= 0 && (long)v != total))
-            cv_flag(flag, CV_CHECK_CU_SEQLENS);
-    }
-}
-
-/* Every value in [lo, hi), or -1 when allowed; else raise `bit`. */
-__kernel void segment_check_range(__global const int *v32, __global const long *v64, ulong off,
-                                  long n, long lo, long hi, int allow_minus1, int bit,
-                                  __global int *flag)
-{
-    for (long i = get_global_id(0); i < n; i += get_global_size(0)) {
-        long v = cv_map_at(v32, v64, off, i);
-        if (!(allow_minus1 && v == -1) && (v < lo || v >= hi))
-            cv_flag(flag, bit);
-    }
-}
-
 __kernel void segment_lengths_from_cu(__global const int *cu, ulong cu_off, int n,
                                       __global int *lengths, ulong len_off, __global int *flag,
                                       int check)

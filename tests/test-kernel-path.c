@@ -155,10 +155,11 @@ END_TEST
 
 START_TEST(kp_missing_common)
 {
-    /* segment.cl without common.clh next to it. */
+    /* segment.cl and cv-shared.h without common.clh next to them. */
     char src[2048];
     source_cl_dir(src, sizeof src);
     char *dir = tu_make_temp_dir("kernels-nocommon");
+    copy_file(src, dir, "cv-shared.h");
     copy_file(src, dir, "segment.cl");
     clvarlen_context *ctx = path_context(dir, NULL);
     EXPECT_STATUS(ctx, try_gather(ctx), CLVARLEN_ERROR_KERNEL_NOT_FOUND);
@@ -175,6 +176,7 @@ START_TEST(kp_broken_source)
     char src[2048], path[2048];
     source_cl_dir(src, sizeof src);
     char *dir = tu_make_temp_dir("kernels-broken");
+    copy_file(src, dir, "cv-shared.h");
     copy_file(src, dir, "common.clh");
     static const char broken[] =
         "/* deliberately broken for test-kernel-path */\n"
@@ -210,6 +212,7 @@ START_TEST(kp_good_copy_is_used)
     source_cl_dir(src, sizeof src);
     char *empty = tu_make_temp_dir("kernels-empty");
     char *good = tu_make_temp_dir("kernels-good");
+    copy_file(src, good, "cv-shared.h");
     copy_file(src, good, "common.clh");
     copy_file(src, good, "segment.cl");
     snprintf(list, sizeof list, "%s:%s", empty, good);

@@ -196,7 +196,7 @@ clvarlen_status cv_cpu_attention_forward(clvarlen_context *ctx, const cv_attn_de
     if (n_tiles == 0)
         return CLVARLEN_SUCCESS;
 
-    int n_scratch = cv_pool_size(ctx->pool);
+    int n_scratch = cv_pool_size(cv_base(ctx)->pool);
     if (n_scratch < 1)
         n_scratch = 1;
     size_t floats = (size_t)CPU_BLOCK_M * d->head_dim + (size_t)d->head_dim * CPU_BLOCK_N +
@@ -236,7 +236,7 @@ clvarlen_status cv_cpu_attention_forward(clvarlen_context *ctx, const cv_attn_de
         .o = o, .lse = lse, .tiles = tiles, .scratch = scratch, .busy = busy,
         .n_scratch = n_scratch,
     };
-    cv_pool_for(ctx->pool, n_tiles * d->heads_q, 1, fwd_range, &job);
+    cv_pool_for(cv_base(ctx)->pool, n_tiles * d->heads_q, 1, fwd_range, &job);
 
 done:
     if (scratch) {
@@ -325,6 +325,6 @@ clvarlen_status cv_cpu_attention_merge(clvarlen_context *ctx, clvarlen_dtype dty
     merge_job job = {dtype, n_parts, tokens, heads, head_dim_v, o_parts, lse_parts, o, lse};
     int64_t rows = tokens * heads;
     if (rows > 0)
-        cv_pool_for(ctx->pool, rows, 64, merge_range, &job);
+        cv_pool_for(cv_base(ctx)->pool, rows, 64, merge_range, &job);
     return CLVARLEN_SUCCESS;
 }

@@ -4,7 +4,7 @@
 #ifndef CLVARLEN_CPU_ATTENTION_H
 #define CLVARLEN_CPU_ATTENTION_H
 
-#include "internal.h"
+#include "core/core.h"
 
 /* A validated forward call: defaults resolved (strides, scale, head_dim_v). */
 typedef struct cv_attn_desc {

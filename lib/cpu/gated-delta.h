@@ -3,7 +3,7 @@
 #ifndef CLVARLEN_CPU_GATED_DELTA_H
 #define CLVARLEN_CPU_GATED_DELTA_H
 
-#include "internal.h"
+#include "core/core.h"
 
 /* Every field is validated and resolved (strides non-zero, scale set). */
 typedef struct cv_gdn_problem {

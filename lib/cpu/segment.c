@@ -136,7 +136,7 @@ static void lengths_task(void *arg, int64_t begin, int64_t end)
 void cv_cpu_lengths_from_cu(clvarlen_context *ctx, const int32_t *cu, int64_t n, int32_t *lengths)
 {
     lengths_job j = {cu, lengths};
-    cv_pool_for(ctx->pool, n, 1 << 14, lengths_task, &j);
+    cv_pool_for(cv_base(ctx)->pool, n, 1 << 14, lengths_task, &j);
 }
 
 typedef struct maps_job {
@@ -168,7 +168,7 @@ void cv_cpu_token_maps(clvarlen_context *ctx, const int32_t *cu, int64_t n, int6
     if (n <= 0 || total <= 0)
         return;
     maps_job j = {cu, n, offsets, seq_id, pos};
-    cv_pool_for(ctx->pool, total, 1 << 14, maps_task, &j);
+    cv_pool_for(cv_base(ctx)->pool, total, 1 << 14, maps_task, &j);
 }
 
 /* ------------------------------------------------------------ pack / unpack */
@@ -258,10 +258,10 @@ clvarlen_status cv_cpu_pack(clvarlen_context *ctx, size_t row_bytes, const void 
                   src_index, index, index};
     if (total > 0) {
         if (mask) {
-            cv_pool_for(ctx->pool, batch, 1, mask_index_task, &j);
-            cv_pool_for(ctx->pool, total, rows_grain(row_bytes), gather64_task, &j);
+            cv_pool_for(cv_base(ctx)->pool, batch, 1, mask_index_task, &j);
+            cv_pool_for(cv_base(ctx)->pool, total, rows_grain(row_bytes), gather64_task, &j);
         } else {
-            cv_pool_for(ctx->pool, total, rows_grain(row_bytes), pack_prefix_task, &j);
+            cv_pool_for(cv_base(ctx)->pool, total, rows_grain(row_bytes), pack_prefix_task, &j);
         }
     }
     if (index != src_index)
@@ -336,7 +336,7 @@ clvarlen_status cv_cpu_unpack(clvarlen_context *ctx, size_t row_bytes, size_t el
     for (int64_t t = 0; t < total; t++)
         inverse[src_index[t]] = t;
     unpack_job j = {row_bytes, packed, packed_stride, inverse, pad_row, padded, padded_stride};
-    cv_pool_for(ctx->pool, padded_rows, rows_grain(row_bytes), unpack_task, &j);
+    cv_pool_for(cv_base(ctx)->pool, padded_rows, rows_grain(row_bytes), unpack_task, &j);
     free(inverse);
     free(pad_row);
     return CLVARLEN_SUCCESS;
@@ -377,7 +377,7 @@ void cv_cpu_gather(clvarlen_context *ctx, size_t row_bytes, const void *src, siz
 {
     rows_job j = {.row_bytes = row_bytes, .src = src, .src_stride = src_stride, .index = index,
                   .dst = dst, .dst_stride = dst_stride};
-    cv_pool_for(ctx->pool, n_index, rows_grain(row_bytes), gather_task, &j);
+    cv_pool_for(cv_base(ctx)->pool, n_index, rows_grain(row_bytes), gather_task, &j);
 }
 
 static void scatter_direct_task(void *arg, int64_t begin, int64_t end)
@@ -426,7 +426,7 @@ clvarlen_status cv_cpu_scatter(clvarlen_context *ctx, clvarlen_dtype dtype, int6
     rows_job j = {dtype, row_elems, row_bytes, src, src_stride, index, dst, dst_stride,
                   NULL, NULL, NULL, zero_rest};
     if (mode == CLVARLEN_SCATTER_OVERWRITE && !zero_rest) {
-        cv_pool_for(ctx->pool, n_index, rows_grain(row_bytes), scatter_direct_task, &j);
+        cv_pool_for(cv_base(ctx)->pool, n_index, rows_grain(row_bytes), scatter_direct_task, &j);
         return CLVARLEN_SUCCESS;
     }
     if (dst_rows <= 0)
@@ -443,7 +443,7 @@ clvarlen_status cv_cpu_scatter(clvarlen_context *ctx, clvarlen_dtype dtype, int6
             if (index[m] >= 0)
                 inverse[index[m]] = m;
         j.inverse = inverse;
-        cv_pool_for(ctx->pool, dst_rows, rows_grain(row_bytes), scatter_inverse_task, &j);
+        cv_pool_for(cv_base(ctx)->pool, dst_rows, rows_grain(row_bytes), scatter_inverse_task, &j);
         free(inverse);
         return CLVARLEN_SUCCESS;
     }
@@ -472,7 +472,7 @@ clvarlen_status cv_cpu_scatter(clvarlen_context *ctx, clvarlen_dtype dtype, int6
     j.row_start = row_start;
     j.order = order;
     int64_t grain = rows_grain(row_bytes);
-    cv_pool_for(ctx->pool, dst_rows, grain, scatter_acc_task, &j);
+    cv_pool_for(cv_base(ctx)->pool, dst_rows, grain, scatter_acc_task, &j);
     free(row_start);
     free(order);
     return CLVARLEN_SUCCESS;
@@ -529,7 +529,7 @@ clvarlen_status cv_cpu_seqlens_expand(clvarlen_context *ctx, const int32_t *kv_l
     }
     expand_job j = {kv_len, q_len, uniform_q_len, row_off, page_table, page_stride, col_limit,
                     seqlens_expanded, page_table ? page_table_out : NULL, out_stride};
-    cv_pool_for(ctx->pool, n, 64, expand_task, &j);
+    cv_pool_for(cv_base(ctx)->pool, n, 64, expand_task, &j);
     free(row_off);
     return CLVARLEN_SUCCESS;
 }
@@ -604,7 +604,7 @@ void cv_cpu_cp_plan(clvarlen_context *ctx, const int32_t *cu, int64_t n, int32_t
     if (lacc > 0 && (plan->global_index || plan->position)) {
         cp_job j = {.cu = cu, .n = n, .C = C, .r = rank, .local_cu = plan->local_cu_seqlens,
                     .global_index = plan->global_index, .position = plan->position};
-        cv_pool_for(ctx->pool, n, 16, cp_plan_task, &j);
+        cv_pool_for(cv_base(ctx)->pool, n, 16, cp_plan_task, &j);
     }
 }
 
@@ -686,7 +686,7 @@ clvarlen_status cv_cpu_cp_rows(clvarlen_context *ctx, clvarlen_dtype dtype, int6
                 .local = local_rows, .lstride = local_stride,
                 .accumulate = !to_local && mode == CLVARLEN_SCATTER_ACCUMULATE,
                 .zero_rest = !to_local && zero_rest};
-    cv_pool_for(ctx->pool, total, rows_grain(j.row_bytes), cp_rows_task, &j);
+    cv_pool_for(cv_base(ctx)->pool, total, rows_grain(j.row_bytes), cp_rows_task, &j);
     free(lcu);
     return CLVARLEN_SUCCESS;
 }
@@ -742,5 +742,5 @@ void cv_cpu_gen_seq_lens(clvarlen_context *ctx, uint64_t seed, int32_t world, in
 {
     gen_job j = {seed, n, total, out};
     int64_t grain = CV_MAX(1, 4096 / (int64_t)n);
-    cv_pool_for(ctx ? ctx->pool : NULL, world, grain, gen_task, &j);
+    cv_pool_for(ctx ? cv_base(ctx)->pool : NULL, world, grain, gen_task, &j);
 }

@@ -11,7 +11,7 @@
 #ifndef CLVARLEN_CPU_SEGMENT_H
 #define CLVARLEN_CPU_SEGMENT_H
 
-#include "internal.h"
+#include "core/core.h"
 
 /* ---- SPEC 2.5: document of length L in C = 2W chunks; chunk c starts at
  * c*base + min(c, rem) and has base + (c < rem) tokens. */

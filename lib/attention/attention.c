@@ -7,7 +7,7 @@
  * attention kernel; its grid is sized from the host-known totals
  * (an upper bound on the tile count), and surplus work-groups exit at once.
  */
-#include "internal.h"
+#include "runtime/runtime.h"
 
 #include "cpu/attention.h"
 
@@ -749,50 +749,31 @@ clvarlen_status clvarlen_cl_attention_forward(
         (st = cv_check_offset(ctx, fn, "q_pos_offset", q_pos_offset, 4)) != CLVARLEN_SUCCESS ||
         (st = cv_check_offset(ctx, fn, "lse_offset", lse_offset, 4)) != CLVARLEN_SUCCESS)
         return st;
-    if (d.total_q == 0 || d.n_seqs == 0) {
-        /* Nothing to compute; still order the caller's event after the wait list. */
-        if (event && num_events > 0)
-            return cv_cl_check(ctx,
-                               clEnqueueMarkerWithWaitList(ctx->queue, num_events, wait_list,
-                                                           event),
-                               "clEnqueueMarkerWithWaitList");
-        if (event)
-            return cv_cl_check(ctx, clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, event),
-                               "clEnqueueMarkerWithWaitList");
-        return CLVARLEN_SUCCESS;
-    }
+    /* With nothing to compute the chain still orders the caller's event
+     * after the wait list. */
+    cv_chain c;
+    st = cv_chain_begin(&c, ctx, num_events, wait_list,
+                        ctx->device_checks && d.total_q > 0 && d.n_seqs > 0);
+    if (st != CLVARLEN_SUCCESS || d.total_q == 0 || d.n_seqs == 0)
+        return cv_chain_end(&c, fn, st, event);
     attn_mem m = {q, k, v, cu_seqlens_q, cu_seqlens_k, q_pos, o, lse,
                   q_offset, k_offset, v_offset, cu_q_offset, cu_k_offset, q_pos_offset,
                   o_offset, lse_offset};
-    if (!ctx->device_checks) {
-        cl_event ev = NULL;
-        st = attn_enqueue(ctx, fn, &d, &m, NULL, num_events, wait_list, event ? &ev : NULL);
+    if (c.flag) {
+        st = cv_chain_check_cu_seqlens(&c, cu_seqlens_q, cu_q_offset, d.n_seqs, d.total_q);
         if (st == CLVARLEN_SUCCESS)
-            give_event(ev, event);
-        return st;
+            st = cv_chain_check_cu_seqlens(&c, cu_seqlens_k, cu_k_offset, d.n_seqs, d.total_k);
     }
-    cl_mem flag = NULL;
-    cl_event e1 = NULL, e2 = NULL, ev = NULL;
-    if ((st = cv_check_begin(ctx, &flag)) != CLVARLEN_SUCCESS)
-        return st;
-    st = cv_check_cu_seqlens_device(ctx, cu_seqlens_q, cu_q_offset, d.n_seqs, d.total_q,
-                                    num_events, wait_list, &e1);
-    if (st == CLVARLEN_SUCCESS)
-        st = cv_check_cu_seqlens_device(ctx, cu_seqlens_k, cu_k_offset, d.n_seqs, d.total_k, 1,
-                                        &e1, &e2);
-    if (st == CLVARLEN_SUCCESS)
-        st = attn_enqueue(ctx, fn, &d, &m, flag, 1, &e2, &ev);
-    if (st == CLVARLEN_SUCCESS)
-        st = cv_check_end(ctx, fn, ev);
-    if (e1)
-        clReleaseEvent(e1);
-    if (e2)
-        clReleaseEvent(e2);
-    if (st == CLVARLEN_SUCCESS)
-        give_event(ev, event);
-    else if (ev)
-        clReleaseEvent(ev);
-    return st;
+    if (st == CLVARLEN_SUCCESS) {
+        cl_uint nw;
+        const cl_event *wl;
+        cl_event ev = NULL;
+        cv_chain_wait_list(&c, &nw, &wl);
+        st = attn_enqueue(ctx, fn, &d, &m, c.flag, nw, wl, &ev);
+        if (st == CLVARLEN_SUCCESS)
+            cv_chain_take(&c, ev);
+    }
+    return cv_chain_end(&c, fn, st, event);
 }
 
 static clvarlen_status cl_merge_common(clvarlen_context *ctx, const char *fn, clvarlen_dtype dtype,

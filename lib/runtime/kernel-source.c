@@ -1,10 +1,10 @@
 /* Kernel loading: find cl/<file> (CLVARLEN_KERNEL_PATH or the option, then
  * the source tree when the library runs from its build tree, then the
- * installed data directory), join cl/common.clh from the same directory in
- * front of it, and build it with the op's -D options. Programs are kept per
+ * installed data directory), join cl/cv-shared.h and cl/common.clh from the
+ * same directory in front of it, and build it with the op's -D options. Programs are kept per
  * context (in memory) and as binaries on disk (program-cache.c).
  */
-#include "internal.h"
+#include "runtime/runtime.h"
 
 #if CLVARLEN_HAVE_OPENCL
 
@@ -67,7 +67,33 @@ static bool running_from_build_tree(void)
     return strncmp(real, root, n) == 0 && real[n] == '/';
 }
 
-/* Reads common.clh + file from the first directory holding file. */
+/* The preludes joined in front of every family file, in order: the constants
+ * host and kernels share, then the common helpers. */
+static const char *const preludes[] = {"cv-shared.h", "common.clh"};
+#define N_PRELUDES (sizeof preludes / sizeof preludes[0])
+
+/* Joins the preludes and the family file (each followed by a newline); NULL
+ * when out of memory. */
+static char *join_source(char *const parts[], const size_t sizes[], size_t n, size_t *size)
+{
+    size_t total = 1;
+    for (size_t i = 0; i < n; i++)
+        total += sizes[i] + 1;
+    char *joined = malloc(total);
+    if (!joined)
+        return NULL;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        memcpy(joined + at, parts[i], sizes[i]);
+        at += sizes[i];
+        joined[at++] = '\n';
+    }
+    joined[at] = '\0';
+    *size = at;
+    return joined;
+}
+
+/* Reads the preludes + file from the first directory holding file. */
 static clvarlen_status load_source(clvarlen_context *ctx, const char *file, char **source,
                                    size_t *size, char *found_dir, size_t found_size)
 {
@@ -89,39 +115,31 @@ static clvarlen_status load_source(clvarlen_context *ctx, const char *file, char
     for (size_t i = 0; i < n_dirs; i++) {
         char path[PATH_MAX];
         snprintf(path, sizeof path, "%s/%s", dirs[i], file);
-        size_t fsize = 0;
-        char *body = read_file(path, &fsize);
+        char *parts[N_PRELUDES + 1] = {NULL};
+        size_t sizes[N_PRELUDES + 1] = {0};
+        parts[N_PRELUDES] = read_file(path, &sizes[N_PRELUDES]);
         size_t used = strlen(searched);
         snprintf(searched + used, sizeof searched - used, "%s%s", used ? ", " : "", dirs[i]);
-        if (!body)
+        if (!parts[N_PRELUDES])
             continue;
-        snprintf(path, sizeof path, "%s/common.clh", dirs[i]);
-        size_t csize = 0;
-        char *common = read_file(path, &csize);
-        if (!common) {
-            free(body);
-            st = cv_error(ctx, CLVARLEN_ERROR_KERNEL_NOT_FOUND,
-                          "kernel %s found in %s but common.clh is missing there", file, dirs[i]);
-            free(path_copy);
-            return st;
+        const char *missing = NULL;
+        for (size_t j = 0; j < N_PRELUDES && !missing; j++) {
+            snprintf(path, sizeof path, "%s/%s", dirs[i], preludes[j]);
+            if (!(parts[j] = read_file(path, &sizes[j])))
+                missing = preludes[j];
         }
-        char *joined = malloc(csize + fsize + 2);
-        if (!joined) {
-            free(body);
-            free(common);
-            free(path_copy);
-            return cv_error(ctx, CLVARLEN_ERROR_OUT_OF_MEMORY, "kernel %s: out of memory", file);
-        }
-        memcpy(joined, common, csize);
-        joined[csize] = '\n';
-        memcpy(joined + csize + 1, body, fsize);
-        joined[csize + 1 + fsize] = '\0';
-        *source = joined;
-        *size = csize + 1 + fsize;
-        snprintf(found_dir, found_size, "%s", dirs[i]);
-        free(body);
-        free(common);
+        char *joined = missing ? NULL : join_source(parts, sizes, N_PRELUDES + 1, size);
+        for (size_t j = 0; j <= N_PRELUDES; j++)
+            free(parts[j]);
         free(path_copy);
+        if (missing)
+            return cv_error(ctx, CLVARLEN_ERROR_KERNEL_NOT_FOUND,
+                            "kernel %s found in %s but %s is missing there", file, dirs[i],
+                            missing);
+        if (!joined)
+            return cv_error(ctx, CLVARLEN_ERROR_OUT_OF_MEMORY, "kernel %s: out of memory", file);
+        *source = joined;
+        snprintf(found_dir, found_size, "%s", dirs[i]);
         return CLVARLEN_SUCCESS;
     }
     free(path_copy);

@@ -1,7 +1,7 @@
 /* OpenCL plumbing shared by the op launchers: error names, buffers, reads and
- * writes, enqueueing, argument checks of the cl_mem entry points, and the
- * device-check flag word. */
-#include "internal.h"
+ * writes, enqueueing, the temp buffer and argument checks of the cl_mem entry
+ * points. Command chains are in cl-chain.c, device-side checks in device-check.c. */
+#include "runtime/runtime.h"
 
 #if CLVARLEN_HAVE_OPENCL
 
@@ -211,51 +211,6 @@ clvarlen_status cv_check_offset(clvarlen_context *ctx, const char *fn, const cha
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT,
                         "%s: %s offset %zu is not a multiple of its element size %zu", fn, what,
                         offset, align);
-    return CLVARLEN_SUCCESS;
-}
-
-clvarlen_status cv_check_begin(clvarlen_context *ctx, cl_mem *flag)
-{
-    *flag = NULL;
-    if (!ctx->check_flag) {
-        clvarlen_status st = cv_buffer(ctx, sizeof(cl_int), NULL, &ctx->check_flag);
-        if (st != CLVARLEN_SUCCESS)
-            return st;
-    }
-    cl_int zero = 0;
-    cl_int err = clEnqueueFillBuffer(ctx->queue, ctx->check_flag, &zero, sizeof zero, 0,
-                                     sizeof zero, 0, NULL, NULL);
-    if (err != CL_SUCCESS)
-        return cv_cl_check(ctx, err, "clEnqueueFillBuffer(check flag)");
-    *flag = ctx->check_flag;
-    return CLVARLEN_SUCCESS;
-}
-
-clvarlen_status cv_check_end(clvarlen_context *ctx, const char *fn, cl_event after)
-{
-    cl_int flag = 0;
-    clvarlen_status st = cv_read(ctx, ctx->check_flag, 0, sizeof flag, &flag, after ? 1 : 0,
-                                 after ? &after : NULL);
-    if (st != CLVARLEN_SUCCESS)
-        return st;
-    if (flag & CV_CHECK_CU_SEQLENS)
-        return cv_error(ctx, CLVARLEN_ERROR_INVALID_CU_SEQLENS,
-                        "%s: device check: cu_seqlens does not start at 0, decreases, or does not "
-                        "end at the total; nothing was written",
-                        fn);
-    if (flag & CV_CHECK_INDEX)
-        return cv_error(ctx, CLVARLEN_ERROR_INDEX_OUT_OF_RANGE,
-                        "%s: device check: an index is out of range; nothing was written", fn);
-    if (flag & CV_CHECK_CAPACITY)
-        return cv_error(ctx, CLVARLEN_ERROR_BUFFER_TOO_SMALL,
-                        "%s: device check: the result does not fit the given capacity; nothing was "
-                        "written",
-                        fn);
-    if (flag & CV_CHECK_VALUE)
-        return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT,
-                        "%s: device check: an input value is invalid (e.g. a negative length); "
-                        "nothing was written",
-                        fn);
     return CLVARLEN_SUCCESS;
 }
 

@@ -4,7 +4,7 @@
  * out chunks of a range through an atomic counter; the caller participates.
  * One job at a time per pool (a context is used by one thread at a time).
  */
-#include "internal.h"
+#include "core/core.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -1,7 +1,7 @@
 /* The gated delta rule (SPEC 3): argument validation, dispatch to the CPU
  * fallback, and the OpenCL launchers shared by the host-memory and the
  * cl_mem entry points (kernels in cl/gated-delta.cl). */
-#include "internal.h"
+#include "runtime/runtime.h"
 
 #include "cpu/gated-delta.h"
 
@@ -244,18 +244,6 @@ static clvarlen_status gdn_check_host_arrays(clvarlen_context *ctx, const char *
 
 #if CLVARLEN_HAVE_OPENCL
 
-/* flags, mirrored in cl/gated-delta.cl */
-#define GDN_HAS_CU 0x1
-#define GDN_HAS_POOL 0x2
-#define GDN_HAS_SIDX 0x4
-#define GDN_WRITE_BACK 0x8
-#define GDN_HAS_INTER 0x10
-#define GDN_HAS_CIDX 0x20
-#define GDN_HAS_CHECK 0x40
-#define GDN_STATE_KV 0x80
-#define GDN_L2NORM 0x100
-#define GDN_BIAS_F16 0x200
-#define GDN_BIAS_BF16 0x400
 
 typedef struct gdn_mem {
     cl_mem m;
@@ -468,8 +456,6 @@ static void gdn_set_args(cv_args *ar, const cv_gdn_problem *p, const gdn_bufs *d
 #undef GDN_MEM
 }
 
-/* Moves *ev into *prev (releasing the older one): commands are chained by
- * events so that an out-of-order queue keeps their order too. */
 /* Which kernels run: the host decides from what it knows about the lengths. */
 typedef struct gdn_plan {
     int recurrent;     /* launch the token kernel */
@@ -477,34 +463,29 @@ typedef struct gdn_plan {
     int64_t chunk_min; /* sequences with at least this many tokens are the chunked kernel's */
 } gdn_plan;
 
-/* Enqueues the operation on device buffers (validated). With `check` set the
- * index check runs first and every kernel skips its writes if a check bit is
- * set. Returns the last command's event in *event (may be NULL). */
-static clvarlen_status gdn_enqueue(clvarlen_context *ctx, const cv_gdn_problem *p,
-                                   const gdn_bufs *d, const gdn_tiles *t, const gdn_plan *plan,
-                                   cl_mem check, cl_uint num_events, const cl_event *wait_list,
-                                   cl_event *event)
+/* Enqueues the operation on device buffers (validated) on the chain. With a
+ * check flag on the chain the index check runs first and every kernel skips
+ * its writes if a check bit is set. */
+static clvarlen_status gdn_enqueue(cv_chain *c, const cv_gdn_problem *p, const gdn_bufs *d,
+                                   const gdn_tiles *t, const gdn_plan *plan)
 {
-    clvarlen_status st = CLVARLEN_SUCCESS;
-    cl_event prev = NULL;
+    clvarlen_context *ctx = c->ctx;
+    clvarlen_status st;
+    cl_mem check = c->flag;
     const int flags = gdn_flags(d, p, check);
 
-#define GDN_WAIT_N (prev ? 1u : num_events)
-#define GDN_WAIT_L (prev ? &prev : wait_list)
     if (check) {
-        cl_event ev = NULL;
         if (d->cu.m) {
-            st = cv_check_cu_seqlens_device(ctx, d->cu.m, (size_t)d->cu.off, p->n_seqs,
-                                            p->total_tokens, GDN_WAIT_N, GDN_WAIT_L, &ev);
+            st = cv_chain_check_cu_seqlens(c, d->cu.m, (size_t)d->cu.off, p->n_seqs,
+                                           p->total_tokens);
             if (st != CLVARLEN_SUCCESS)
-                goto out;
-            cv_event_replace(&prev, ev);
+                return st;
         }
         if (p->n_seqs > 0 && (d->sidx.m || d->inter.m)) {
             cl_kernel kc;
             st = gdn_kernel(ctx, p, t, "gdn_check", &kc);
             if (st != CLVARLEN_SUCCESS)
-                goto out;
+                return st;
             cv_args ar = cv_args_begin(kc);
             cl_long fixed = p->fixed_seqlen, n_seqs = p->n_seqs, total = p->total_tokens;
             cl_long slots = p->slots, cache_slots = p->cache_slots;
@@ -524,13 +505,10 @@ static clvarlen_status gdn_enqueue(clvarlen_context *ctx, const cv_gdn_problem *
             CV_ARG(ar, fl);
             CV_ARG(ar, check);
             if ((st = cv_cl_check(ctx, ar.err, "gdn_check: clSetKernelArg")) != CLVARLEN_SUCCESS)
-                goto out;
+                return st;
             size_t local = 64, global = (size_t)p->n_seqs;
-            st = cv_enqueue(ctx, kc, "gdn_check", 1, &global, &local, GDN_WAIT_N, GDN_WAIT_L,
-                            &ev);
-            if (st != CLVARLEN_SUCCESS)
-                goto out;
-            cv_event_replace(&prev, ev);
+            if ((st = cv_chain_run(c, kc, "gdn_check", 1, &global, &local)) != CLVARLEN_SUCCESS)
+                return st;
         }
     }
 
@@ -541,40 +519,22 @@ static clvarlen_status gdn_enqueue(clvarlen_context *ctx, const cv_gdn_problem *
         cl_kernel kernel;
         st = gdn_kernel(ctx, p, t, chunked ? "gdn_chunked" : "gdn_recurrent", &kernel);
         if (st != CLVARLEN_SUCCESS)
-            goto out;
+            return st;
         cv_args ar = cv_args_begin(kernel);
         /* the token kernel leaves sequences of chunk_min tokens or more to the chunked one */
         gdn_set_args(&ar, p, d, flags, plan->chunked ? plan->chunk_min : 0, check);
         if ((st = cv_cl_check(ctx, ar.err, "gated delta: clSetKernelArg")) != CLVARLEN_SUCCESS)
-            goto out;
+            return st;
         const int tile = chunked ? t->cvt : t->vt;
         const size_t local = (size_t)(chunked ? t->cwg : t->wg);
         const size_t groups = (size_t)p->n_seqs * (size_t)p->HV * (size_t)((p->V + tile - 1) / tile);
         const size_t global = groups * local;
-        cl_event ev = NULL;
-        st = cv_enqueue(ctx, kernel, chunked ? "gdn_chunked" : "gdn_recurrent", 1, &global,
-                        &local, GDN_WAIT_N, GDN_WAIT_L, &ev);
+        st = cv_chain_run(c, kernel, chunked ? "gdn_chunked" : "gdn_recurrent", 1, &global,
+                          &local);
         if (st != CLVARLEN_SUCCESS)
-            goto out;
-        cv_event_replace(&prev, ev);
+            return st;
     }
-    if (!prev && event) {
-        /* nothing to run: the returned event still completes after the wait list */
-        cl_int err = clEnqueueMarkerWithWaitList(ctx->queue, num_events,
-                                                 num_events ? wait_list : NULL, &prev);
-        if ((st = cv_cl_check(ctx, err, "clEnqueueMarkerWithWaitList")) != CLVARLEN_SUCCESS)
-            goto out;
-    }
-#undef GDN_WAIT_N
-#undef GDN_WAIT_L
-out:
-    if (st == CLVARLEN_SUCCESS && event) {
-        *event = prev;
-        prev = NULL;
-    }
-    if (prev)
-        clReleaseEvent(prev);
-    return st;
+    return CLVARLEN_SUCCESS;
 }
 
 /* The chunked kernel's threshold and whether it is allowed at all. */
@@ -698,7 +658,10 @@ static clvarlen_status gdn_host_cl(clvarlen_context *ctx, const char *fn,
     dp.slots = n_pool;
     dp.slot_pitch = HV * K * V;
     dp.cache_slots = n_cache;
-    if ((st = gdn_enqueue(ctx, &dp, &d, &t, &plan, NULL, 0, NULL, &done)) != CLVARLEN_SUCCESS)
+    cv_chain chain;
+    cv_chain_begin(&chain, ctx, 0, NULL, false);
+    st = gdn_enqueue(&chain, &dp, &d, &t, &plan);
+    if ((st = cv_chain_end(&chain, fn, st, &done)) != CLVARLEN_SUCCESS)
         goto out;
     /* outputs change only once the kernels succeeded: the read waits on them
      * and fails without writing if they failed */
@@ -801,7 +764,7 @@ clvarlen_status clvarlen_gated_delta_rule(clvarlen_context *context,
     if (cv_use_cl(context))
         return gdn_host_cl(context, fn, params, &p);
 #endif
-    st = cv_cpu_gated_delta_rule(context->pool, &p);
+    st = cv_cpu_gated_delta_rule(context->base.pool, &p);
     if (st != CLVARLEN_SUCCESS)
         return cv_error(context, st, "%s: out of memory for the CPU scratch", fn);
     return CLVARLEN_SUCCESS;
@@ -899,28 +862,11 @@ clvarlen_status clvarlen_cl_gated_delta_rule(
     if (!plan.chunked)
         plan.chunk_min = 0;
 
-    cl_mem check = NULL;
-    const int checks = context->device_checks && N > 0 &&
-                       (d.cu.m || d.sidx.m || d.inter.m);
-    if (checks && (st = cv_check_begin(context, &check)) != CLVARLEN_SUCCESS)
-        return st;
-    cl_event last = NULL;
-    st = gdn_enqueue(context, &p, &d, &t, &plan, check, num_events, wait_list,
-                     (checks || event) ? &last : NULL);
-    if (st != CLVARLEN_SUCCESS)
-        return st;
-    if (checks) {
-        st = cv_check_end(context, fn, last);
-        if (st != CLVARLEN_SUCCESS) {
-            if (last)
-                clReleaseEvent(last);
-            return st;
-        }
-    }
-    if (event)
-        *event = last;
-    else if (last)
-        clReleaseEvent(last);
-    return CLVARLEN_SUCCESS;
+    const bool checks = context->device_checks && N > 0 && (d.cu.m || d.sidx.m || d.inter.m);
+    cv_chain chain;
+    st = cv_chain_begin(&chain, context, num_events, wait_list, checks);
+    if (st == CLVARLEN_SUCCESS)
+        st = gdn_enqueue(&chain, &p, &d, &t, &plan);
+    return cv_chain_end(&chain, fn, st, event);
 }
 #endif

@@ -12,11 +12,9 @@
  * units (-DCV_UNIT), accumulation dtypes (-DCV_DTYPE) and work-group sizes
  * from ctx->tuning as -D options. Scans over at most SEG_FUSE_MAX sequences
  * are fused into the row kernels (pack, CP rows: one launch); other
- * temporaries live in the context's temp buffer (cv_temp). Also here:
- * cv_check_cu_seqlens_device (the cu_seqlens check kernel's launcher, used by
- * the other families).
+ * temporaries live in the context's temp buffer (cv_temp).
  */
-#include "internal.h"
+#include "runtime/runtime.h"
 
 #include "cpu/segment.h"
 
@@ -381,73 +379,12 @@ static void elem_grid(const clvarlen_context *ctx, int64_t n, size_t *global, si
     *global = (size_t)groups * wg;
 }
 
-/* A chain of commands: each waits for the previous one (the caller's wait
- * list for the first), so the order holds on out-of-order queues too. */
-typedef struct seg_seq {
-    clvarlen_context *ctx;
-    cl_uint nw;
-    const cl_event *wl;
-    cl_event last;
-} seg_seq;
-
-static void seq_init(seg_seq *q, clvarlen_context *ctx, cl_uint nw, const cl_event *wl)
-{
-    q->ctx = ctx;
-    q->nw = nw;
-    q->wl = wl;
-    q->last = NULL;
-}
-
-static void seq_wait(const seg_seq *q, cl_uint *nw, const cl_event **wl)
-{
-    if (q->last) {
-        *nw = 1;
-        *wl = &q->last;
-    } else {
-        *nw = q->nw;
-        *wl = q->nw ? q->wl : NULL;
-    }
-}
-
-static void seq_take(seg_seq *q, cl_event ev)
-{
-    cv_event_replace(&q->last, ev);
-}
-
-static clvarlen_status seq_run(seg_seq *q, cl_kernel k, const char *what, size_t global,
+/* Launchers enqueue through a cv_chain (lib/runtime/cl-chain.c); this keeps
+ * the 1-D launches short. */
+static clvarlen_status seq_run(cv_chain *q, cl_kernel k, const char *what, size_t global,
                                size_t local)
 {
-    cl_uint nw;
-    const cl_event *wl;
-    seq_wait(q, &nw, &wl);
-    cl_event ev = NULL;
-    clvarlen_status st = cv_enqueue(q->ctx, k, what, 1, &global, &local, nw, wl, &ev);
-    if (st != CLVARLEN_SUCCESS)
-        return st;
-    seq_take(q, ev);
-    return CLVARLEN_SUCCESS;
-}
-
-static clvarlen_status seq_fill(seg_seq *q, cl_mem mem, const void *pattern, size_t psize,
-                                size_t offset, size_t bytes)
-{
-    if (bytes == 0)
-        return CLVARLEN_SUCCESS;
-    cl_uint nw;
-    const cl_event *wl;
-    seq_wait(q, &nw, &wl);
-    cl_event ev = NULL;
-    cl_int err =
-        clEnqueueFillBuffer(q->ctx->queue, mem, pattern, psize, offset, bytes, nw, wl, &ev);
-    if (err != CL_SUCCESS)
-        return cv_cl_check(q->ctx, err, "clEnqueueFillBuffer");
-    seq_take(q, ev);
-    return CLVARLEN_SUCCESS;
-}
-
-static void seq_abort(seg_seq *q)
-{
-    seq_take(q, NULL);
+    return cv_chain_run(q, k, what, 1, &global, &local);
 }
 
 /* Temporaries start here in the context's temp buffer; the scratch word
@@ -461,47 +398,21 @@ static size_t align8(size_t x)
 
 /* The context's temp buffer with `bytes` of work space at SEG_TEMP_OFF (one
  * call per chain). */
-static clvarlen_status seq_temp(seg_seq *q, size_t bytes, cl_mem *mem)
+static clvarlen_status seq_temp(cv_chain *q, size_t bytes, cl_mem *mem)
 {
     return cv_temp(q->ctx, SEG_TEMP_OFF + bytes, mem);
 }
 
-/* Hands the last event to the caller (a marker after the wait list when
- * nothing was enqueued), or releases it. */
-static clvarlen_status seq_finish(seg_seq *q, cl_event *event)
-{
-    if (!event) {
-        seq_abort(q);
-        return CLVARLEN_SUCCESS;
-    }
-    if (!q->last) {
-        cl_event ev = NULL;
-        cl_int err = clEnqueueMarkerWithWaitList(q->ctx->queue, q->nw, q->nw ? q->wl : NULL, &ev);
-        if (err != CL_SUCCESS)
-            return cv_cl_check(q->ctx, err, "clEnqueueMarkerWithWaitList");
-        q->last = ev;
-    }
-    *event = q->last;
-    q->last = NULL;
-    return CLVARLEN_SUCCESS;
-}
-
 /* Blocking read of rows (only the row bytes of a strided tensor) after the chain. */
-static clvarlen_status read_rows(seg_seq *q, cl_mem mem, int64_t rows, size_t row_bytes,
+static clvarlen_status read_rows(cv_chain *q, cl_mem mem, int64_t rows, size_t row_bytes,
                                  size_t stride_b, void *host)
 {
-    cl_uint nw;
-    const cl_event *wl;
-    seq_wait(q, &nw, &wl);
-    return cv_read_rows(q->ctx, mem, rows, row_bytes, stride_b, host, stride_b, nw, wl);
+    return cv_chain_read_rows(q, mem, rows, row_bytes, stride_b, host, stride_b);
 }
 
-static clvarlen_status read_bytes(seg_seq *q, cl_mem mem, size_t bytes, void *host)
+static clvarlen_status read_bytes(cv_chain *q, cl_mem mem, size_t bytes, void *host)
 {
-    cl_uint nw;
-    const cl_event *wl;
-    seq_wait(q, &nw, &wl);
-    return cv_read(q->ctx, mem, 0, bytes, host, nw, wl);
+    return cv_chain_read(q, mem, 0, bytes, host);
 }
 
 /* An input buffer (NULL host pointer: no buffer). */
@@ -515,61 +426,7 @@ static clvarlen_status upload(clvarlen_context *ctx, const void *host, size_t by
 
 /* ---------------------------------------------------------------- building blocks */
 
-static clvarlen_status enq_check_cu(seg_seq *q, cl_mem flag, cl_mem cu, size_t cu_off, int64_t n,
-                                    int64_t total)
-{
-    cl_kernel k;
-    clvarlen_status st = seg_kernel(q->ctx, SEC_MAPS, 0, -1, "segment_check_cu", &k);
-    if (st != CLVARLEN_SUCCESS)
-        return st;
-    cl_ulong off = cu_off;
-    cl_int nn = (cl_int)n;
-    cl_long tot = total;
-    cv_args a = cv_args_begin(k);
-    CV_ARG(a, cu);
-    CV_ARG(a, off);
-    CV_ARG(a, nn);
-    CV_ARG(a, tot);
-    CV_ARG(a, flag);
-    if (a.err != CL_SUCCESS)
-        return cv_cl_check(q->ctx, a.err, "segment_check_cu: clSetKernelArg");
-    size_t global, local;
-    elem_grid(q->ctx, n + 1, &global, &local);
-    return seq_run(q, k, "segment_check_cu", global, local);
-}
-
-/* Values (int32 or int64 buffer) in [lo, hi) or -1 when allowed; else `bit`. */
-static clvarlen_status enq_check_range(seg_seq *q, cl_mem flag, cl_mem v32, cl_mem v64,
-                                       size_t off, int64_t n, int64_t lo, int64_t hi,
-                                       bool allow_minus1, int bit)
-{
-    if (n <= 0)
-        return CLVARLEN_SUCCESS;
-    cl_kernel k;
-    clvarlen_status st = seg_kernel(q->ctx, SEC_MAPS, 0, -1, "segment_check_range", &k);
-    if (st != CLVARLEN_SUCCESS)
-        return st;
-    cl_ulong o = off;
-    cl_long nn = n, l = lo, h = hi;
-    cl_int allow = allow_minus1, b = bit;
-    cv_args a = cv_args_begin(k);
-    CV_ARG(a, v32);
-    CV_ARG(a, v64);
-    CV_ARG(a, o);
-    CV_ARG(a, nn);
-    CV_ARG(a, l);
-    CV_ARG(a, h);
-    CV_ARG(a, allow);
-    CV_ARG(a, b);
-    CV_ARG(a, flag);
-    if (a.err != CL_SUCCESS)
-        return cv_cl_check(q->ctx, a.err, "segment_check_range: clSetKernelArg");
-    size_t global, local;
-    elem_grid(q->ctx, n, &global, &local);
-    return seq_run(q, k, "segment_check_range", global, local);
-}
-
-static clvarlen_status enq_scan_lengths(seg_seq *q, cl_mem flag, cl_int check, cl_mem len,
+static clvarlen_status enq_scan_lengths(cv_chain *q, cl_mem flag, cl_int check, cl_mem len,
                                         size_t len_off, int64_t n, int64_t max_len,
                                         int64_t capacity, cl_mem cu, size_t cu_off,
                                         cl_mem total_out, size_t total_off, cl_mem scratch)
@@ -601,13 +458,13 @@ static clvarlen_status enq_scan_lengths(seg_seq *q, cl_mem flag, cl_int check, c
 }
 
 /* inv[0..rows) = -1 (at byte inv_off), then inv[map[i]] = i. */
-static clvarlen_status enq_invert(seg_seq *q, cl_mem flag, cl_int check, cl_mem m32, cl_mem m64,
+static clvarlen_status enq_invert(cv_chain *q, cl_mem flag, cl_int check, cl_mem m32, cl_mem m64,
                                   size_t map_off, int64_t n, int64_t rows, cl_mem inv,
                                   size_t inv_off)
 {
     static const cl_int minus1 = -1;
     clvarlen_status st =
-        seq_fill(q, inv, &minus1, sizeof minus1, inv_off, (size_t)rows * sizeof(cl_int));
+        cv_chain_fill(q, inv, &minus1, sizeof minus1, inv_off, (size_t)rows * sizeof(cl_int));
     if (st != CLVARLEN_SUCCESS || n <= 0)
         return st;
     cl_kernel k;
@@ -653,7 +510,7 @@ typedef struct copy_args {
     int accumulate;
 } copy_args;
 
-static clvarlen_status enq_copy(seg_seq *q, cl_mem flag, cl_int check, const copy_args *c)
+static clvarlen_status enq_copy(cv_chain *q, cl_mem flag, cl_int check, const copy_args *c)
 {
     if (c->n_rows <= 0)
         return CLVARLEN_SUCCESS;
@@ -721,14 +578,14 @@ static void fill_pattern(unsigned char out[16], const void *elem, size_t es)
 
 /* ---------------------------------------------------------------- operations */
 
-static clvarlen_status enq_cu_from_lengths(seg_seq *q, cl_mem flag, cl_int check, cl_mem lengths,
+static clvarlen_status enq_cu_from_lengths(cv_chain *q, cl_mem flag, cl_int check, cl_mem lengths,
                                            size_t len_off, int64_t n, cl_mem cu, size_t cu_off)
 {
     return enq_scan_lengths(q, flag, check, lengths, len_off, n, -1, -1, cu, cu_off, NULL, 0,
                             NULL);
 }
 
-static clvarlen_status enq_lengths_from_cu(seg_seq *q, cl_mem flag, cl_int check, cl_mem cu,
+static clvarlen_status enq_lengths_from_cu(cv_chain *q, cl_mem flag, cl_int check, cl_mem cu,
                                            size_t cu_off, int64_t n, cl_mem lengths,
                                            size_t len_off)
 {
@@ -755,7 +612,7 @@ static clvarlen_status enq_lengths_from_cu(seg_seq *q, cl_mem flag, cl_int check
     return seq_run(q, k, "segment_lengths_from_cu", global, local);
 }
 
-static clvarlen_status enq_token_maps(seg_seq *q, cl_mem flag, cl_int check, cl_mem cu,
+static clvarlen_status enq_token_maps(cv_chain *q, cl_mem flag, cl_int check, cl_mem cu,
                                       size_t cu_off, int64_t n, int64_t total, cl_mem offsets,
                                       size_t offsets_off, cl_mem seq_id, size_t seq_off,
                                       cl_mem pos, size_t pos_off)
@@ -817,7 +674,7 @@ typedef struct pack_args {
  * (or a temporary), then a row gather bounded by the scanned total.
  */
 /* Prefix form with batch <= SEG_FUSE_MAX: scan and rows in one launch. */
-static clvarlen_status enq_pack_fused(seg_seq *q, cl_mem flag, cl_int check, const pack_args *p)
+static clvarlen_status enq_pack_fused(cv_chain *q, cl_mem flag, cl_int check, const pack_args *p)
 {
     clvarlen_context *ctx = q->ctx;
     int64_t rows_max = CV_MIN(p->capacity, p->batch * p->max_seqlen);
@@ -862,7 +719,7 @@ static clvarlen_status enq_pack_fused(seg_seq *q, cl_mem flag, cl_int check, con
     return seq_run(q, k, "segment_pack_fused", g.global, g.local);
 }
 
-static clvarlen_status enq_pack(seg_seq *q, cl_mem flag, cl_int check, const pack_args *p)
+static clvarlen_status enq_pack(cv_chain *q, cl_mem flag, cl_int check, const pack_args *p)
 {
     clvarlen_context *ctx = q->ctx;
     if (!p->mask && p->batch <= SEG_FUSE_MAX)
@@ -907,7 +764,7 @@ static clvarlen_status enq_pack(seg_seq *q, cl_mem flag, cl_int check, const pac
     if (st == CLVARLEN_SUCCESS && p->mask && p->batch > 0) {
         if (p->max_seqlen == 0) {
             static const cl_int zero = 0;
-            st = seq_fill(q, temp, &zero, sizeof zero, counts_off,
+            st = cv_chain_fill(q, temp, &zero, sizeof zero, counts_off,
                           (size_t)p->batch * sizeof(cl_int));
         } else {
             cv_args a = cv_args_begin(k_count);
@@ -1012,13 +869,13 @@ typedef struct unpack_args {
 } unpack_args;
 
 /* Row map inversion, then one pass over every padded row (packed row or pad). */
-static clvarlen_status enq_unpack(seg_seq *q, cl_mem flag, cl_int check, const unpack_args *u)
+static clvarlen_status enq_unpack(cv_chain *q, cl_mem flag, cl_int check, const unpack_args *u)
 {
     if (u->padded_rows <= 0)
         return CLVARLEN_SUCCESS;
     clvarlen_status st = CLVARLEN_SUCCESS;
     if (check)
-        st = enq_check_range(q, flag, NULL, u->src_index, u->src_index_off, u->total, 0,
+        st = cv_chain_check_range(q, NULL, u->src_index, u->src_index_off, u->total, 0,
                              u->padded_rows, false, CV_CHECK_INDEX);
     cl_mem inv = NULL;
     if (st == CLVARLEN_SUCCESS)
@@ -1062,13 +919,13 @@ typedef struct rows_args {
     int64_t dst_rows;
 } rows_args;
 
-static clvarlen_status enq_gather(seg_seq *q, cl_mem flag, cl_int check, const rows_args *r)
+static clvarlen_status enq_gather(cv_chain *q, cl_mem flag, cl_int check, const rows_args *r)
 {
     if (r->n_index <= 0)
         return CLVARLEN_SUCCESS;
     clvarlen_status st = CLVARLEN_SUCCESS;
     if (check)
-        st = enq_check_range(q, flag, r->index, NULL, r->index_off, r->n_index, 0, r->src_rows,
+        st = cv_chain_check_range(q, r->index, NULL, r->index_off, r->n_index, 0, r->src_rows,
                              true, CV_CHECK_INDEX);
     if (st != CLVARLEN_SUCCESS)
         return st;
@@ -1095,7 +952,7 @@ static clvarlen_status enq_gather(seg_seq *q, cl_mem flag, cl_int check, const r
  * (every dst row written once); accumulate with unique indices: the same
  * with CV_ACC; accumulate with repeats: the ordered kernel.
  */
-static clvarlen_status enq_scatter(seg_seq *q, cl_mem flag, cl_int check, const rows_args *r,
+static clvarlen_status enq_scatter(cv_chain *q, cl_mem flag, cl_int check, const rows_args *r,
                                    clvarlen_scatter_mode mode, bool zero_rest, bool unique)
 {
     clvarlen_context *ctx = q->ctx;
@@ -1104,7 +961,7 @@ static clvarlen_status enq_scatter(seg_seq *q, cl_mem flag, cl_int check, const 
     if (r->dst_rows <= 0 || (r->n_index <= 0 && !zero_rest))
         return CLVARLEN_SUCCESS;
     if (check)
-        st = enq_check_range(q, flag, r->index, NULL, r->index_off, r->n_index, 0, r->dst_rows,
+        st = cv_chain_check_range(q, r->index, NULL, r->index_off, r->n_index, 0, r->dst_rows,
                              true, CV_CHECK_INDEX);
     if (st != CLVARLEN_SUCCESS)
         return st;
@@ -1193,15 +1050,15 @@ typedef struct expand_args {
     size_t total_off;
 } expand_args;
 
-static clvarlen_status enq_expand(seg_seq *q, cl_mem flag, cl_int check, const expand_args *e)
+static clvarlen_status enq_expand(cv_chain *q, cl_mem flag, cl_int check, const expand_args *e)
 {
     clvarlen_context *ctx = q->ctx;
     clvarlen_status st = CLVARLEN_SUCCESS;
     if (check)
-        st = enq_check_range(q, flag, e->kv_len, NULL, e->kv_off, e->n, 0,
+        st = cv_chain_check_range(q, e->kv_len, NULL, e->kv_off, e->n, 0,
                              (int64_t)INT32_MAX + 1, false, CV_CHECK_VALUE);
     if (st == CLVARLEN_SUCCESS && check && e->q_len)
-        st = enq_check_range(q, flag, e->q_len, NULL, e->q_off, e->n, 0, (int64_t)INT32_MAX + 1,
+        st = cv_chain_check_range(q, e->q_len, NULL, e->q_off, e->n, 0, (int64_t)INT32_MAX + 1,
                              false, CV_CHECK_VALUE);
     if (st != CLVARLEN_SUCCESS)
         return st;
@@ -1256,7 +1113,7 @@ static clvarlen_status enq_expand(seg_seq *q, cl_mem flag, cl_int check, const e
     return seq_run(q, k, "segment_seqlens_expand", (size_t)groups * wg, wg);
 }
 
-static clvarlen_status enq_cp_scan(seg_seq *q, cl_mem flag, cl_int check, cl_mem cu,
+static clvarlen_status enq_cp_scan(cv_chain *q, cl_mem flag, cl_int check, cl_mem cu,
                                    size_t cu_off, int64_t n, int32_t world, int32_t rank,
                                    int64_t capacity, cl_mem local_cu, size_t local_off,
                                    cl_mem head_cu, size_t head_off, cl_mem tail_cu,
@@ -1314,7 +1171,7 @@ typedef struct plan_args {
     size_t lt_off;
 } plan_args;
 
-static clvarlen_status enq_cp_plan(seg_seq *q, cl_mem flag, cl_int check, const plan_args *p)
+static clvarlen_status enq_cp_plan(cv_chain *q, cl_mem flag, cl_int check, const plan_args *p)
 {
     clvarlen_context *ctx = q->ctx;
     bool tokens = (p->global_index || p->position) && p->capacity > 0 && p->n > 0;
@@ -1381,7 +1238,7 @@ typedef struct cp_rows_args {
 
 /* Local offsets into a temporary, then one row kernel (over local rows, or
  * over global rows when the rest is zeroed). */
-static clvarlen_status enq_cp_rows(seg_seq *q, cl_mem flag, cl_int check, const cp_rows_args *c)
+static clvarlen_status enq_cp_rows(cv_chain *q, cl_mem flag, cl_int check, const cp_rows_args *c)
 {
     clvarlen_context *ctx = q->ctx;
     if (c->n <= 0 || c->total_tokens <= 0)
@@ -1485,7 +1342,7 @@ static clvarlen_status enq_cp_rows(seg_seq *q, cl_mem flag, cl_int check, const 
  * Other devices get the rows computed on the host (the same code as the CPU
  * fallback) and written to `out` in order after the wait list.
  */
-static clvarlen_status enq_gen(seg_seq *q, uint64_t seed, int32_t world, int32_t n,
+static clvarlen_status enq_gen(cv_chain *q, uint64_t seed, int32_t world, int32_t n,
                                int64_t total, cl_mem out, size_t out_off)
 {
     clvarlen_context *ctx = q->ctx;
@@ -1498,12 +1355,12 @@ static clvarlen_status enq_gen(seg_seq *q, uint64_t seed, int32_t world, int32_t
         cv_cpu_gen_seq_lens(ctx, seed, world, n, total, host);
         cl_uint nw;
         const cl_event *wl;
-        seq_wait(q, &nw, &wl);
+        cv_chain_wait_list(q, &nw, &wl);
         cl_event ev = NULL;
         clvarlen_status st = cv_write(ctx, out, out_off, bytes, host, nw, wl, &ev);
         free(host);
         if (st == CLVARLEN_SUCCESS)
-            seq_take(q, ev);
+            cv_chain_take(q, ev);
         return st;
     }
     cl_kernel k;
@@ -1525,55 +1382,20 @@ static clvarlen_status enq_gen(seg_seq *q, uint64_t seed, int32_t world, int32_t
     return seq_run(q, k, "segment_gen_seq_lens", (size_t)world, local);
 }
 
-clvarlen_status cv_check_cu_seqlens_device(clvarlen_context *ctx, cl_mem cu, size_t cu_offset,
-                                           int64_t n, int64_t total, cl_uint num_events,
-                                           const cl_event *wait_list, cl_event *event)
-{
-    if (!ctx->check_flag)
-        return cv_error(ctx, CLVARLEN_ERROR_INTERNAL,
-                        "cv_check_cu_seqlens_device: cv_check_begin was not called");
-    seg_seq q;
-    seq_init(&q, ctx, num_events, wait_list);
-    clvarlen_status st = enq_check_cu(&q, ctx->check_flag, cu, cu_offset, n, total);
-    if (st != CLVARLEN_SUCCESS) {
-        seq_abort(&q);
-        return st;
-    }
-    return seq_finish(&q, event);
-}
-
 /* Start of a cl_mem entry point's command chain, with device checks when enabled. */
-static clvarlen_status cl_begin(clvarlen_context *ctx, seg_seq *q, cl_uint nw,
+static clvarlen_status cl_begin(clvarlen_context *ctx, cv_chain *q, cl_uint nw,
                                 const cl_event *wl, cl_mem *flag, cl_int *check)
 {
-    seq_init(q, ctx, nw, wl);
-    *flag = NULL;
-    *check = 0;
-    if (!ctx->device_checks)
-        return CLVARLEN_SUCCESS;
-    clvarlen_status st = cv_check_begin(ctx, flag);
-    if (st == CLVARLEN_SUCCESS)
-        *check = 1;
+    clvarlen_status st = cv_chain_begin(q, ctx, nw, wl, ctx->device_checks != 0);
+    *flag = q->flag;
+    *check = q->flag != NULL;
     return st;
-}
-
-/* End of the chain: on success, the checks' verdict, then the caller's event. */
-static clvarlen_status cl_end(clvarlen_context *ctx, const char *fn, seg_seq *q, cl_int check,
-                              clvarlen_status st, cl_event *event)
-{
-    if (st == CLVARLEN_SUCCESS && check)
-        st = cv_check_end(ctx, fn, q->last);
-    if (st != CLVARLEN_SUCCESS) {
-        seq_abort(q);
-        return st;
-    }
-    return seq_finish(q, event);
 }
 
 /* Host-memory path helpers: a chain with no wait list and no checks. */
 #define HOST_SEQ(q) \
-    seg_seq q;      \
-    seq_init(&q, ctx, 0, NULL)
+    cv_chain q;     \
+    cv_chain_begin(&q, ctx, 0, NULL, false)
 
 #endif /* CLVARLEN_HAVE_OPENCL */
 
@@ -1632,7 +1454,7 @@ clvarlen_status clvarlen_cu_seqlens_from_lengths(clvarlen_context *ctx, const in
         st = enq_cu_from_lengths(&q, NULL, 0, d_len, 0, n, d_cu, 0);
     if (st == CLVARLEN_SUCCESS)
         st = read_bytes(&q, d_cu, (size_t)(n + 1) * 4, cu_seqlens);
-    seq_abort(&q);
+    cv_chain_abort(&q);
     cv_release(&d_len);
     cv_release(&d_cu);
     return st;
@@ -1667,7 +1489,7 @@ clvarlen_status clvarlen_lengths_from_cu_seqlens(clvarlen_context *ctx, const in
         st = enq_lengths_from_cu(&q, NULL, 0, d_cu, 0, n, d_len, 0);
     if (st == CLVARLEN_SUCCESS)
         st = read_bytes(&q, d_len, (size_t)n * 4, lengths);
-    seq_abort(&q);
+    cv_chain_abort(&q);
     cv_release(&d_cu);
     cv_release(&d_len);
     return st;
@@ -1722,7 +1544,7 @@ clvarlen_status clvarlen_token_maps(clvarlen_context *ctx, const int32_t *cu_seq
         st = read_bytes(&q, d_seq, tb, seq_id);
     if (st == CLVARLEN_SUCCESS && pos)
         st = read_bytes(&q, d_pos, tb, pos);
-    seq_abort(&q);
+    cv_chain_abort(&q);
     cv_release(&d_cu);
     cv_release(&d_off);
     cv_release(&d_seq);
@@ -1831,7 +1653,7 @@ static clvarlen_status pack_host(clvarlen_context *ctx, const char *fn, clvarlen
             st = read_bytes(&q, d_cu, (size_t)(batch + 1) * 4, cu_seqlens);
         if (st == CLVARLEN_SUCCESS && src_index)
             st = read_bytes(&q, d_si, (size_t)total * 8, src_index);
-        seq_abort(&q);
+        cv_chain_abort(&q);
         cv_release(&d_pad);
         cv_release(&d_lens);
         cv_release(&d_mask);
@@ -1923,7 +1745,7 @@ clvarlen_status clvarlen_unpack(clvarlen_context *ctx, clvarlen_dtype dtype, int
     }
     if (st == CLVARLEN_SUCCESS)
         st = read_rows(&q, d_padded, rows, pd.row_bytes, pd.stride_b, padded);
-    seq_abort(&q);
+    cv_chain_abort(&q);
     cv_release(&d_packed);
     cv_release(&d_si);
     cv_release(&d_padded);
@@ -1974,7 +1796,7 @@ clvarlen_status clvarlen_gather_rows(clvarlen_context *ctx, clvarlen_dtype dtype
     }
     if (st == CLVARLEN_SUCCESS)
         st = read_rows(&q, d_dst, n_index, dr.row_bytes, dr.stride_b, dst);
-    seq_abort(&q);
+    cv_chain_abort(&q);
     cv_release(&d_src);
     cv_release(&d_idx);
     cv_release(&d_dst);
@@ -2033,7 +1855,7 @@ clvarlen_status clvarlen_scatter_rows(clvarlen_context *ctx, clvarlen_dtype dtyp
     }
     if (st == CLVARLEN_SUCCESS)
         st = read_rows(&q, d_dst, dst_rows, dr.row_bytes, dr.stride_b, dst);
-    seq_abort(&q);
+    cv_chain_abort(&q);
     cv_release(&d_src);
     cv_release(&d_idx);
     cv_release(&d_dst);
@@ -2144,7 +1966,7 @@ clvarlen_status clvarlen_seqlens_expand(clvarlen_context *ctx, const int32_t *kv
             if (st == CLVARLEN_SUCCESS && page_table_out)
                 st = read_rows(&q, d_po, sum, (size_t)col_limit * 4, (size_t)out_stride * 4,
                                page_table_out);
-            seq_abort(&q);
+            cv_chain_abort(&q);
             cv_release(&d_kv);
             cv_release(&d_q);
             cv_release(&d_pt);
@@ -2225,7 +2047,7 @@ clvarlen_status clvarlen_cp_plan(clvarlen_context *ctx, const int32_t *cu_seqlen
         st = read_bytes(&q, d_gi, tb, plan->global_index);
     if (st == CLVARLEN_SUCCESS && d_pos)
         st = read_bytes(&q, d_pos, tb, plan->position);
-    seq_abort(&q);
+    cv_chain_abort(&q);
     cv_release(&d_cu);
     cv_release(&d_lcu);
     cv_release(&d_h);
@@ -2300,7 +2122,7 @@ static clvarlen_status cp_rows_host(clvarlen_context *ctx, const char *fn, clvar
     if (st == CLVARLEN_SUCCESS)
         st = to_local ? read_rows(&q, d_l, local, lr.row_bytes, lr.stride_b, local_rows)
                       : read_rows(&q, d_g, total, gr.row_bytes, gr.stride_b, global_rows);
-    seq_abort(&q);
+    cv_chain_abort(&q);
     cv_release(&d_cu);
     cv_release(&d_g);
     cv_release(&d_l);
@@ -2359,7 +2181,7 @@ clvarlen_status clvarlen_gen_seq_lens(clvarlen_context *ctx, uint64_t seed, int3
         st = enq_gen(&q, seed, world, n, total, d_out, 0);
     if (st == CLVARLEN_SUCCESS)
         st = read_bytes(&q, d_out, bytes, out);
-    seq_abort(&q);
+    cv_chain_abort(&q);
     cv_release(&d_out);
     return st;
 #else
@@ -2398,14 +2220,14 @@ clvarlen_status clvarlen_cl_cu_seqlens_from_lengths(clvarlen_context *ctx, cl_me
         st = cl_arg(ctx, fn, "cu_seqlens", cu_seqlens, cu_offset, 4, true);
     if (st != CLVARLEN_SUCCESS)
         return st;
-    seg_seq q;
+    cv_chain q;
     cl_mem flag;
     cl_int check;
     st = cl_begin(ctx, &q, num_events, wait_list, &flag, &check);
     if (st == CLVARLEN_SUCCESS)
         st = enq_cu_from_lengths(&q, flag, check, lengths, lengths_offset, n, cu_seqlens,
                                  cu_offset);
-    return cl_end(ctx, fn, &q, check, st, event);
+    return cv_chain_end(&q, fn, st, event);
 }
 
 clvarlen_status clvarlen_cl_lengths_from_cu_seqlens(clvarlen_context *ctx, cl_mem cu_seqlens,
@@ -2424,16 +2246,16 @@ clvarlen_status clvarlen_cl_lengths_from_cu_seqlens(clvarlen_context *ctx, cl_me
         st = cl_arg(ctx, fn, "lengths", lengths, lengths_offset, 4, n > 0);
     if (st != CLVARLEN_SUCCESS)
         return st;
-    seg_seq q;
+    cv_chain q;
     cl_mem flag;
     cl_int check;
     st = cl_begin(ctx, &q, num_events, wait_list, &flag, &check);
     if (st == CLVARLEN_SUCCESS && check)
-        st = enq_check_cu(&q, flag, cu_seqlens, cu_offset, n, -1);
+        st = cv_chain_check_cu_seqlens(&q, cu_seqlens, cu_offset, n, -1);
     if (st == CLVARLEN_SUCCESS)
         st = enq_lengths_from_cu(&q, flag, check, cu_seqlens, cu_offset, n, lengths,
                                  lengths_offset);
-    return cl_end(ctx, fn, &q, check, st, event);
+    return cv_chain_end(&q, fn, st, event);
 }
 
 clvarlen_status clvarlen_cl_token_maps(clvarlen_context *ctx, cl_mem cu_seqlens, size_t cu_offset,
@@ -2464,17 +2286,17 @@ clvarlen_status clvarlen_cl_token_maps(clvarlen_context *ctx, cl_mem cu_seqlens,
         st = cl_arg(ctx, fn, "pos", pos, pos_offset, 4, false);
     if (st != CLVARLEN_SUCCESS)
         return st;
-    seg_seq q;
+    cv_chain q;
     cl_mem flag;
     cl_int check;
     st = cl_begin(ctx, &q, num_events, wait_list, &flag, &check);
     if (st == CLVARLEN_SUCCESS && check)
-        st = enq_check_cu(&q, flag, cu_seqlens, cu_offset, n, total_tokens);
+        st = cv_chain_check_cu_seqlens(&q, cu_seqlens, cu_offset, n, total_tokens);
     if (st == CLVARLEN_SUCCESS)
         st = enq_token_maps(&q, flag, check, cu_seqlens, cu_offset, n, total_tokens,
                             pos ? offsets : NULL, offsets_offset, seq_id, seq_id_offset, pos,
                             pos_offset);
-    return cl_end(ctx, fn, &q, check, st, event);
+    return cv_chain_end(&q, fn, st, event);
 }
 
 clvarlen_status clvarlen_cl_pack(clvarlen_context *ctx, clvarlen_dtype dtype, int64_t row_elems,
@@ -2521,7 +2343,7 @@ clvarlen_status clvarlen_cl_pack(clvarlen_context *ctx, clvarlen_dtype dtype, in
         st = cl_arg(ctx, fn, "total_tokens", total_tokens, total_offset, 8, false);
     if (st != CLVARLEN_SUCCESS)
         return st;
-    seg_seq q;
+    cv_chain q;
     cl_mem flag;
     cl_int check;
     st = cl_begin(ctx, &q, num_events, wait_list, &flag, &check);
@@ -2532,7 +2354,7 @@ clvarlen_status clvarlen_cl_pack(clvarlen_context *ctx, clvarlen_dtype dtype, in
                        src_index_offset, total_tokens, total_offset};
         st = enq_pack(&q, flag, check, &p);
     }
-    return cl_end(ctx, fn, &q, check, st, event);
+    return cv_chain_end(&q, fn, st, event);
 }
 
 clvarlen_status clvarlen_cl_unpack(clvarlen_context *ctx, clvarlen_dtype dtype, int64_t row_elems,
@@ -2573,7 +2395,7 @@ clvarlen_status clvarlen_cl_unpack(clvarlen_context *ctx, clvarlen_dtype dtype, 
         st = cl_arg(ctx, fn, "src_index", src_index, src_index_offset, 8, total_tokens > 0);
     if (st != CLVARLEN_SUCCESS)
         return st;
-    seg_seq q;
+    cv_chain q;
     cl_mem flag;
     cl_int check;
     st = cl_begin(ctx, &q, num_events, wait_list, &flag, &check);
@@ -2583,7 +2405,7 @@ clvarlen_status clvarlen_cl_unpack(clvarlen_context *ctx, clvarlen_dtype dtype, 
                          pd.stride_b};
         st = enq_unpack(&q, flag, check, &u);
     }
-    return cl_end(ctx, fn, &q, check, st, event);
+    return cv_chain_end(&q, fn, st, event);
 }
 
 clvarlen_status clvarlen_cl_gather_rows(clvarlen_context *ctx, clvarlen_dtype dtype,
@@ -2612,7 +2434,7 @@ clvarlen_status clvarlen_cl_gather_rows(clvarlen_context *ctx, clvarlen_dtype dt
         st = cl_arg(ctx, fn, "index", index, index_offset, 4, n_index > 0);
     if (st != CLVARLEN_SUCCESS)
         return st;
-    seg_seq q;
+    cv_chain q;
     cl_mem flag;
     cl_int check;
     st = cl_begin(ctx, &q, num_events, wait_list, &flag, &check);
@@ -2621,7 +2443,7 @@ clvarlen_status clvarlen_cl_gather_rows(clvarlen_context *ctx, clvarlen_dtype dt
                        index_offset, n_index, dst, dst_offset, dr.stride_b, n_index};
         st = enq_gather(&q, flag, check, &r);
     }
-    return cl_end(ctx, fn, &q, check, st, event);
+    return cv_chain_end(&q, fn, st, event);
 }
 
 clvarlen_status clvarlen_cl_scatter_rows(clvarlen_context *ctx, clvarlen_dtype dtype,
@@ -2654,7 +2476,7 @@ clvarlen_status clvarlen_cl_scatter_rows(clvarlen_context *ctx, clvarlen_dtype d
         st = cl_arg(ctx, fn, "index", index, index_offset, 4, n_index > 0);
     if (st != CLVARLEN_SUCCESS)
         return st;
-    seg_seq q;
+    cv_chain q;
     cl_mem flag;
     cl_int check;
     st = cl_begin(ctx, &q, num_events, wait_list, &flag, &check);
@@ -2664,7 +2486,7 @@ clvarlen_status clvarlen_cl_scatter_rows(clvarlen_context *ctx, clvarlen_dtype d
         st = enq_scatter(&q, flag, check, &r, mode, (flags & CLVARLEN_SCATTER_ZERO_REST) != 0,
                          (flags & CLVARLEN_SCATTER_UNIQUE_INDICES) != 0);
     }
-    return cl_end(ctx, fn, &q, check, st, event);
+    return cv_chain_end(&q, fn, st, event);
 }
 
 clvarlen_status clvarlen_cl_seqlens_expand(
@@ -2704,7 +2526,7 @@ clvarlen_status clvarlen_cl_seqlens_expand(
     }
     if (st != CLVARLEN_SUCCESS)
         return st;
-    seg_seq q;
+    cv_chain q;
     cl_mem flag;
     cl_int check;
     st = cl_begin(ctx, &q, num_events, wait_list, &flag, &check);
@@ -2715,7 +2537,7 @@ clvarlen_status clvarlen_cl_seqlens_expand(
                          page_out_offset, out_stride, total, total_offset};
         st = enq_expand(&q, flag, check, &e);
     }
-    return cl_end(ctx, fn, &q, check, st, event);
+    return cv_chain_end(&q, fn, st, event);
 }
 
 clvarlen_status clvarlen_cl_cp_plan(clvarlen_context *ctx, cl_mem cu_seqlens, size_t cu_offset,
@@ -2755,12 +2577,12 @@ clvarlen_status clvarlen_cl_cp_plan(clvarlen_context *ctx, cl_mem cu_seqlens, si
         st = cl_arg(ctx, fn, "local_tokens", local_tokens, local_tokens_offset, 8, false);
     if (st != CLVARLEN_SUCCESS)
         return st;
-    seg_seq q;
+    cv_chain q;
     cl_mem flag;
     cl_int check;
     st = cl_begin(ctx, &q, num_events, wait_list, &flag, &check);
     if (st == CLVARLEN_SUCCESS && check)
-        st = enq_check_cu(&q, flag, cu_seqlens, cu_offset, n, -1);
+        st = cv_chain_check_cu_seqlens(&q, cu_seqlens, cu_offset, n, -1);
     if (st == CLVARLEN_SUCCESS) {
         plan_args p = {cu_seqlens, cu_offset, n, world, rank, local_cu_seqlens, local_cu_offset,
                        head_cu, head_cu_offset, tail_cu, tail_cu_offset, capacity, global_index,
@@ -2768,7 +2590,7 @@ clvarlen_status clvarlen_cl_cp_plan(clvarlen_context *ctx, cl_mem cu_seqlens, si
                        local_tokens_offset};
         st = enq_cp_plan(&q, flag, check, &p);
     }
-    return cl_end(ctx, fn, &q, check, st, event);
+    return cv_chain_end(&q, fn, st, event);
 }
 
 /* The cl_mem CP gather and scatter share validation. */
@@ -2813,12 +2635,12 @@ static clvarlen_status cl_cp_rows(clvarlen_context *ctx, const char *fn, clvarle
         st = cl_arg(ctx, fn, "cu_seqlens", cu_seqlens, cu_offset, 4, true);
     if (st != CLVARLEN_SUCCESS)
         return st;
-    seg_seq q;
+    cv_chain q;
     cl_mem flag;
     cl_int check;
     st = cl_begin(ctx, &q, num_events, wait_list, &flag, &check);
     if (st == CLVARLEN_SUCCESS && check)
-        st = enq_check_cu(&q, flag, cu_seqlens, cu_offset, n, total_tokens);
+        st = cv_chain_check_cu_seqlens(&q, cu_seqlens, cu_offset, n, total_tokens);
     if (st == CLVARLEN_SUCCESS) {
         cp_rows_args c = {dtype, row_elems, global_rows, global_offset, gr.stride_b,
                           total_tokens, cu_seqlens, cu_offset, n, world, rank, local_rows,
@@ -2826,7 +2648,7 @@ static clvarlen_status cl_cp_rows(clvarlen_context *ctx, const char *fn, clvarle
                           !to_local && (flags & CLVARLEN_SCATTER_ZERO_REST)};
         st = enq_cp_rows(&q, flag, check, &c);
     }
-    return cl_end(ctx, fn, &q, check, st, event);
+    return cv_chain_end(&q, fn, st, event);
 }
 
 clvarlen_status clvarlen_cl_cp_gather(clvarlen_context *ctx, clvarlen_dtype dtype,
@@ -2874,10 +2696,10 @@ clvarlen_status clvarlen_cl_gen_seq_lens(clvarlen_context *ctx, uint64_t seed, i
         st = cl_arg(ctx, fn, "out", out, out_offset, 4, true);
     if (st != CLVARLEN_SUCCESS)
         return st;
-    seg_seq q;
-    seq_init(&q, ctx, num_events, wait_list);
+    cv_chain q;
+    cv_chain_begin(&q, ctx, num_events, wait_list, false);
     st = enq_gen(&q, seed, world, n, total, out, out_offset);
-    return cl_end(ctx, fn, &q, 0, st, event);
+    return cv_chain_end(&q, fn, st, event);
 }
 
 #endif /* CLVARLEN_HAVE_OPENCL */

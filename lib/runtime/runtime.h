@@ -1,66 +1,19 @@
-/* Internal interfaces shared by the library's translation units. Nothing here
- * is exported: the library is built with hidden visibility and a version
- * script, and only CLVARLEN_API functions of the public headers are visible.
+/* The runtime layer: contexts, devices and tuning, kernel loading and the
+ * program cache, and the OpenCL plumbing every op family shares (buffers,
+ * command chains, device-side checks). It builds on lib/core/ only; the op
+ * families (lib/segment/, lib/attention/, lib/gated-delta/) build on it and
+ * never on each other.
  */
-#ifndef CLVARLEN_INTERNAL_H
-#define CLVARLEN_INTERNAL_H
+#ifndef CLVARLEN_RUNTIME_H
+#define CLVARLEN_RUNTIME_H
 
-#include "config.h"
+#include "core/core.h"
 
-#include <stdarg.h>
-#include <stdbool.h>
-#include <stddef.h>
-#include <stdint.h>
-
-#include <clvarlen/clvarlen.h>
 #if CLVARLEN_HAVE_OPENCL
 #  include <clvarlen/clvarlen-cl.h>
 #endif
 
-#if defined(__GNUC__)
-#  define CV_PRINTF(f, a) __attribute__((format(printf, f, a)))
-#else
-#  define CV_PRINTF(f, a)
-#endif
-
-#define CV_MIN(a, b) ((a) < (b) ? (a) : (b))
-#define CV_MAX(a, b) ((a) > (b) ? (a) : (b))
-
-/** The largest power of two <= x (1 for x < 2). */
-static inline int64_t cv_pow2_floor(int64_t x)
-{
-    int64_t p = 1;
-    while (p <= x / 2)
-        p *= 2;
-    return p;
-}
-
-/** The smallest power of two >= x (1 for x < 2); x <= 2^62. */
-static inline int64_t cv_pow2_ceil(int64_t x)
-{
-    int64_t p = 1;
-    while (p < x)
-        p *= 2;
-    return p;
-}
-
-/* ------------------------------------------------------------ CPU thread pool (lib/cpu/threadpool.c) */
-
-typedef struct cv_pool cv_pool;
-
-/** threads <= 0: one worker per physical core (hwloc), else sysconf. NULL on failure. */
-cv_pool *cv_pool_create(int threads);
-void cv_pool_destroy(cv_pool *pool);
-int cv_pool_size(const cv_pool *pool);
-
-/** Runs fn(arg, begin, end) over [0, n) in chunks of at least `grain` items, on
- * every worker and the calling thread; returns when all chunks are done. Chunks
- * are disjoint; their assignment to threads is not deterministic, so fn must
- * not depend on which thread runs it. */
-typedef void (*cv_range_fn)(void *arg, int64_t begin, int64_t end);
-void cv_pool_for(cv_pool *pool, int64_t n, int64_t grain, cv_range_fn fn, void *arg);
-
-/* ------------------------------------------------------------ devices (lib/device.c, lib/device-db.c) */
+/* ------------------------------------------------------------ devices (device.c, device-db.c) */
 
 #if CLVARLEN_HAVE_OPENCL
 typedef struct cv_device {
@@ -101,21 +54,15 @@ typedef struct cv_tuning {
 
 void cv_tuning_for(const clvarlen_device_info *info, cv_tuning *tuning);
 
-/* ------------------------------------------------------------ context (lib/context.c) */
+/* ------------------------------------------------------------ context (context.c) */
 
 #if CLVARLEN_HAVE_OPENCL
 typedef struct cv_program cv_program; /* lib/kernel-source.c */
 #endif
 
 struct clvarlen_context {
-    char *error;               /* last error message, "" after success */
-    size_t error_cap;
-    clvarlen_log_fn log_fn;
-    void *log_user;
-    clvarlen_log_level log_level;
-    int log_stderr;            /* CLVARLEN_LOG asked for messages on stderr */
+    cv_ctx_base base;          /* first: the core and CPU twins reach it through the handle */
 
-    cv_pool *pool;
     clvarlen_device_info device;
     cv_tuning tuning;
     int device_checks;
@@ -140,23 +87,8 @@ struct clvarlen_context {
 #endif
 };
 
-/** Records a message, logs it at error level and returns st (for `return cv_error(...)`). */
-clvarlen_status cv_error(clvarlen_context *ctx, clvarlen_status st, const char *fmt, ...)
-    CV_PRINTF(3, 4);
-clvarlen_status cv_verror(clvarlen_context *ctx, clvarlen_status st, const char *fmt, va_list ap);
-/** Clears the last error; every public entry point calls it first. */
-void cv_clear_error(clvarlen_context *ctx);
-void cv_log(clvarlen_context *ctx, clvarlen_log_level level, const char *fmt, ...) CV_PRINTF(3, 4);
-
-/** Public entry points on a context start with CV_ENTER(ctx): NULL check and error reset. */
-#define CV_ENTER_FN(ctx, fn)                                                                   \
-    do {                                                                                       \
-        if (!(ctx))                                                                            \
-            return cv_error(NULL, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: context is NULL",     \
-                            (fn));                                                             \
-        cv_clear_error(ctx);                                                                   \
-    } while (0)
-#define CV_ENTER(ctx) CV_ENTER_FN(ctx, __func__)
+_Static_assert(offsetof(struct clvarlen_context, base) == 0,
+               "lib/core reaches cv_ctx_base through the context handle");
 
 /** True when the context runs on OpenCL. */
 static inline bool cv_use_cl(const clvarlen_context *ctx)
@@ -167,49 +99,6 @@ static inline bool cv_use_cl(const clvarlen_context *ctx)
     (void)ctx;
     return false;
 #endif
-}
-
-/* ------------------------------------------------------------ validation (lib/validate.c) */
-
-/** dtype known and its size; 0 if unknown. */
-size_t cv_dtype_size(clvarlen_dtype dtype);
-/** A float activation dtype (f32, f16, bf16). */
-bool cv_is_float_act(clvarlen_dtype dtype);
-
-/** Host-visible cu_seqlens [n+1]: cu[0] == 0, non-decreasing, and cu[n] == total
- * when total >= 0. `what` names the argument in the message. */
-clvarlen_status cv_check_cu_seqlens(clvarlen_context *ctx, const char *fn, const char *what,
-                                    const int32_t *cu, int64_t n, int64_t total);
-/** Row geometry: row_elems > 0, stride 0 -> row_elems, stride >= row_elems;
- * rows * stride * size must fit in size_t (and int64). *stride_out gets the stride. */
-clvarlen_status cv_check_rows(clvarlen_context *ctx, const char *fn, const char *what,
-                              clvarlen_dtype dtype, int64_t row_elems, int64_t rows,
-                              int64_t stride, int64_t *stride_out);
-/** Bytes spanned by `rows` rows of row_elems at `stride` elements (0 when rows == 0). */
-size_t cv_span_bytes(clvarlen_dtype dtype, int64_t row_elems, int64_t rows, int64_t stride);
-
-/* ------------------------------------------------------------ f16 / bf16 on the host (lib/validate.c) */
-
-float cv_half_to_float(uint16_t h);
-uint16_t cv_float_to_half(float f);   /* round to nearest even */
-float cv_bf16_to_float(uint16_t b);
-uint16_t cv_float_to_bf16(float f);   /* round to nearest even, NaN kept quiet */
-/** Element i of a float activation tensor as f32. */
-static inline float cv_load_act(const void *p, clvarlen_dtype dtype, int64_t i)
-{
-    switch (dtype) {
-    case CLVARLEN_DTYPE_F16: return cv_half_to_float(((const uint16_t *)p)[i]);
-    case CLVARLEN_DTYPE_BF16: return cv_bf16_to_float(((const uint16_t *)p)[i]);
-    default: return ((const float *)p)[i];
-    }
-}
-static inline void cv_store_act(void *p, clvarlen_dtype dtype, int64_t i, float x)
-{
-    switch (dtype) {
-    case CLVARLEN_DTYPE_F16: ((uint16_t *)p)[i] = cv_float_to_half(x); break;
-    case CLVARLEN_DTYPE_BF16: ((uint16_t *)p)[i] = cv_float_to_bf16(x); break;
-    default: ((float *)p)[i] = x; break;
-    }
 }
 
 /* ------------------------------------------------------------ OpenCL plumbing */
@@ -266,13 +155,6 @@ clvarlen_status cv_read(clvarlen_context *ctx, cl_mem mem, size_t offset, size_t
 clvarlen_status cv_write(clvarlen_context *ctx, cl_mem mem, size_t offset, size_t bytes,
                          const void *host, cl_uint num_events, const cl_event *wait_list,
                          cl_event *event);
-/** Replaces the event in *slot by ev (the last command of a chain), releasing the old one. */
-static inline void cv_event_replace(cl_event *slot, cl_event ev)
-{
-    if (*slot)
-        clReleaseEvent(*slot);
-    *slot = ev;
-}
 /**
  * Blocking read of `rows` rows of row_bytes from mem (rows dev_stride_b apart,
  * from offset 0) into host (rows host_stride_b apart), after the wait list.
@@ -298,23 +180,81 @@ clvarlen_status cv_cl_enter(clvarlen_context *ctx, const char *fn, cl_uint num_e
 clvarlen_status cv_check_offset(clvarlen_context *ctx, const char *fn, const char *what,
                                 size_t offset, size_t align);
 
-/* Device-side checks: a per-context flag word that check kernels and bounds
- * checks in op kernels set with atomic_or (codes in cl/common.clh). */
-#define CV_CHECK_CU_SEQLENS 0x1
-#define CV_CHECK_INDEX 0x2
-#define CV_CHECK_CAPACITY 0x4
-#define CV_CHECK_VALUE 0x8
+/* ------------------------------------------------------------ command chains (cl-chain.c) */
+
+/**
+ * A chain of commands on the context's queue: each waits for the previous
+ * one (the caller's wait list for the first), and the last event goes to the
+ * caller. Every family's cl_mem and host paths enqueue through a chain, so
+ * event ownership lives here: on any error cv_chain_end (or cv_chain_abort)
+ * releases what the chain holds. With device checks on, cv_chain_begin zeroes
+ * the context's check flag and cv_chain_end turns a raised bit into a status.
+ *
+ *     cv_chain c;
+ *     clvarlen_status st = cv_chain_begin(&c, ctx, num_events, wait_list, checks);
+ *     if (st == CLVARLEN_SUCCESS)
+ *         st = cv_chain_run(&c, kernel, "name", 1, &global, &local);
+ *     return cv_chain_end(&c, fn, st, event);
+ */
+typedef struct cv_chain {
+    clvarlen_context *ctx;
+    cl_uint num_events;        /* the caller's wait list, for the first command */
+    const cl_event *wait_list;
+    cl_event last;             /* the last command enqueued, owned by the chain */
+    cl_mem flag;               /* the device-check flag, NULL when checks are off */
+} cv_chain;
+
+/** Starts a chain; with `checks`, the device-check flag is zeroed (c->flag set). */
+clvarlen_status cv_chain_begin(cv_chain *c, clvarlen_context *ctx, cl_uint num_events,
+                               const cl_event *wait_list, bool checks);
+/** The wait list of the chain's next command. */
+void cv_chain_wait_list(const cv_chain *c, cl_uint *num_events, const cl_event **wait_list);
+/** Takes ownership of ev as the chain's last command. */
+void cv_chain_take(cv_chain *c, cl_event ev);
+/** Enqueues a kernel after the chain (cv_enqueue: global rounded up to local). */
+clvarlen_status cv_chain_run(cv_chain *c, cl_kernel kernel, const char *what, cl_uint dims,
+                             const size_t *global, const size_t *local);
+/** Fills bytes of mem at offset with a pattern after the chain (no-op for 0 bytes). */
+clvarlen_status cv_chain_fill(cv_chain *c, cl_mem mem, const void *pattern, size_t pattern_size,
+                              size_t offset, size_t bytes);
+/** Blocking read after the chain. */
+clvarlen_status cv_chain_read(cv_chain *c, cl_mem mem, size_t offset, size_t bytes, void *host);
+/** Blocking strided read of rows after the chain (cv_read_rows). */
+clvarlen_status cv_chain_read_rows(cv_chain *c, cl_mem mem, int64_t rows, size_t row_bytes,
+                                   size_t dev_stride_b, void *host, size_t host_stride_b);
+/**
+ * Ends the chain. st != SUCCESS: releases everything and returns st. Else,
+ * with checks, waits and turns a raised check bit into an error naming fn;
+ * then hands the last event to *event (a marker after the wait list when the
+ * chain enqueued nothing; the only clEnqueueMarkerWithWaitList of the
+ * library), or releases it when event is NULL.
+ */
+clvarlen_status cv_chain_end(cv_chain *c, const char *fn, clvarlen_status st, cl_event *event);
+/** Releases what the chain holds (error paths that do not reach cv_chain_end). */
+void cv_chain_abort(cv_chain *c);
+
+/* ------------------------------------------------------------ device-side validation (device-check.c, cl/check.cl) */
+
+/* A per-context flag word that check kernels and bounds checks in op kernels
+ * raise with atomic_or (bits CV_CHECK_* in cl/cv-shared.h); cv_chain_begin
+ * zeroes it and cv_chain_end reads it. */
+
 /** Zeroes the flag (enqueued, non-blocking); *flag receives the buffer. */
 clvarlen_status cv_check_begin(clvarlen_context *ctx, cl_mem *flag);
 /** Waits for `after` (or the queue), reads the flag and turns a set bit into an error naming fn. */
 clvarlen_status cv_check_end(clvarlen_context *ctx, const char *fn, cl_event after);
-/** Enqueues the cu_seqlens validity kernel (lib/op-segment.c) writing into the check flag. */
-clvarlen_status cv_check_cu_seqlens_device(clvarlen_context *ctx, cl_mem cu, size_t cu_offset,
-                                           int64_t n, int64_t total, cl_uint num_events,
-                                           const cl_event *wait_list, cl_event *event);
+/** Enqueues the cu_seqlens check (cu[0] == 0, non-decreasing, cu[n] == total when
+ * total >= 0) on the chain; raises CV_CHECK_CU_SEQLENS. Needs c->flag. */
+clvarlen_status cv_chain_check_cu_seqlens(cv_chain *c, cl_mem cu, size_t cu_offset, int64_t n,
+                                          int64_t total);
+/** Enqueues the range check of n int32 (v32) or int64 (v64) values at byte offset:
+ * each in [lo, hi), or -1 when allow_minus1; else raises `bit`. Needs c->flag. */
+clvarlen_status cv_chain_check_range(cv_chain *c, cl_mem v32, cl_mem v64, size_t offset,
+                                     int64_t n, int64_t lo, int64_t hi, bool allow_minus1,
+                                     int bit);
 #endif /* CLVARLEN_HAVE_OPENCL */
 
-/* ------------------------------------------------------------ program cache (lib/program-cache.c) */
+/* ------------------------------------------------------------ program cache (program-cache.c) */
 
 /** 128-bit content hash as 32 hex characters + NUL. */
 void cv_hash_hex(const void *const *parts, const size_t *sizes, size_t n_parts, char out[33]);
@@ -323,4 +263,4 @@ int cv_cache_load(clvarlen_context *ctx, const char *key, unsigned char **data, 
 /** Stores entry `key` (temporary file + rename); failures are logged, never fatal. */
 void cv_cache_store(clvarlen_context *ctx, const char *key, const unsigned char *data, size_t size);
 
-#endif /* CLVARLEN_INTERNAL_H */
+#endif /* CLVARLEN_RUNTIME_H */

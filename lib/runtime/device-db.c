@@ -4,7 +4,7 @@
  * conservative choices their wave/sub-group widths suggest, and the generic
  * entry is safe on any OpenCL 1.2 device.
  */
-#include "internal.h"
+#include "runtime/runtime.h"
 
 #include <string.h>
 

@@ -3,7 +3,7 @@
  * or the default order (discrete GPU, integrated GPU, accelerator, OpenCL CPU
  * device, then the built-in CPU fallback). No OpenCL at all is not an error.
  */
-#include "internal.h"
+#include "runtime/runtime.h"
 
 #include <ctype.h>
 #include <stdio.h>

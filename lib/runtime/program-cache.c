@@ -5,7 +5,7 @@
  * carries its payload size and hash, so a truncated or corrupted entry is
  * detected (and rebuilt by the caller).
  */
-#include "internal.h"
+#include "runtime/runtime.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,5 +1,5 @@
-/* Status codes, dtype names and the library version. */
-#include "internal.h"
+/* Status codes and strings, and the library version. */
+#include "core/core.h"
 
 int clvarlen_version(void)
 {
@@ -54,23 +54,4 @@ const char *clvarlen_status_name(clvarlen_status status)
 #undef CASE
     }
     return "CLVARLEN_STATUS_UNKNOWN";
-}
-
-size_t clvarlen_dtype_size(clvarlen_dtype dtype)
-{
-    return cv_dtype_size(dtype);
-}
-
-const char *clvarlen_dtype_name(clvarlen_dtype dtype)
-{
-    switch (dtype) {
-    case CLVARLEN_DTYPE_F32: return "f32";
-    case CLVARLEN_DTYPE_F16: return "f16";
-    case CLVARLEN_DTYPE_BF16: return "bf16";
-    case CLVARLEN_DTYPE_F64: return "f64";
-    case CLVARLEN_DTYPE_I32: return "i32";
-    case CLVARLEN_DTYPE_I64: return "i64";
-    case CLVARLEN_DTYPE_U8: return "u8";
-    }
-    return "unknown";
 }

@@ -1,8 +1,8 @@
-/* Options, contexts, error messages and logging. A context owns its CPU pool,
+/* Options and contexts. A context owns its CPU pool,
  * its OpenCL objects (when on a device), its compiled programs and its last
  * error; nothing is global except the message of calls made without one.
  */
-#include "internal.h"
+#include "runtime/runtime.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -20,85 +20,6 @@ struct clvarlen_options {
     clvarlen_log_level log_level;
     int device_checks;
 };
-
-/* ------------------------------------------------------------ errors and logging */
-
-static _Thread_local char orphan_error[1024];
-
-static void emit_log(clvarlen_context *ctx, clvarlen_log_level level, const char *msg)
-{
-    if (!ctx)
-        return;
-    if (ctx->log_fn && level <= ctx->log_level)
-        ctx->log_fn(level, msg, ctx->log_user);
-    if (ctx->log_stderr && level <= ctx->log_level)
-        fprintf(stderr, "clvarlen: %s\n", msg);
-}
-
-clvarlen_status cv_verror(clvarlen_context *ctx, clvarlen_status st, const char *fmt, va_list ap)
-{
-    if (!ctx) {
-        vsnprintf(orphan_error, sizeof orphan_error, fmt, ap);
-        return st;
-    }
-    va_list ap2;
-    va_copy(ap2, ap);
-    int need = vsnprintf(NULL, 0, fmt, ap2);
-    va_end(ap2);
-    if (need < 0)
-        need = 0;
-    if ((size_t)need + 1 > ctx->error_cap) {
-        char *grown = realloc(ctx->error, (size_t)need + 1);
-        if (grown) {
-            ctx->error = grown;
-            ctx->error_cap = (size_t)need + 1;
-        }
-    }
-    if (ctx->error && ctx->error_cap > 0)
-        vsnprintf(ctx->error, ctx->error_cap, fmt, ap);
-    emit_log(ctx, CLVARLEN_LOG_ERROR, ctx->error ? ctx->error : "");
-    return st;
-}
-
-clvarlen_status cv_error(clvarlen_context *ctx, clvarlen_status st, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    cv_verror(ctx, st, fmt, ap);
-    va_end(ap);
-    return st;
-}
-
-/* Clears the message a call will report through: the context's, or (NULL)
- * this thread's slot for calls without a context. */
-void cv_clear_error(clvarlen_context *ctx)
-{
-    if (ctx) {
-        if (ctx->error)
-            ctx->error[0] = '\0';
-    } else {
-        orphan_error[0] = '\0';
-    }
-}
-
-void cv_log(clvarlen_context *ctx, clvarlen_log_level level, const char *fmt, ...)
-{
-    if (!ctx || (!ctx->log_fn && !ctx->log_stderr) || level > ctx->log_level)
-        return;
-    char buf[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    emit_log(ctx, level, buf);
-}
-
-const char *clvarlen_last_error(const clvarlen_context *ctx)
-{
-    if (!ctx)
-        return orphan_error;
-    return ctx->error ? ctx->error : "";
-}
 
 /* ------------------------------------------------------------ options */
 
@@ -213,9 +134,9 @@ static void log_from_env(clvarlen_context *ctx)
         level = CLVARLEN_LOG_ERROR;
     else if (strcasecmp(v, "debug") == 0)
         level = CLVARLEN_LOG_DEBUG;
-    ctx->log_stderr = 1;
-    if (level > ctx->log_level)
-        ctx->log_level = level;
+    ctx->base.log_stderr = 1;
+    if (level > ctx->base.log_level)
+        ctx->base.log_level = level;
 }
 
 static char *resolve_cache_dir(const clvarlen_options *o)
@@ -245,13 +166,13 @@ static clvarlen_context *context_alloc(const clvarlen_options *o)
     clvarlen_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx)
         return NULL;
-    ctx->error_cap = 256;
-    ctx->error = calloc(1, ctx->error_cap);
-    ctx->log_level = CLVARLEN_LOG_ERROR;
+    ctx->base.error_cap = 256;
+    ctx->base.error = calloc(1, ctx->base.error_cap);
+    ctx->base.log_level = CLVARLEN_LOG_ERROR;
     if (o) {
-        ctx->log_fn = o->log_fn;
-        ctx->log_user = o->log_user;
-        ctx->log_level = o->log_level;
+        ctx->base.log_fn = o->log_fn;
+        ctx->base.log_user = o->log_user;
+        ctx->base.log_level = o->log_level;
         ctx->device_checks = o->device_checks;
     }
     log_from_env(ctx);
@@ -259,8 +180,8 @@ static clvarlen_context *context_alloc(const clvarlen_options *o)
     if (kp && *kp)
         ctx->kernel_path = strdup(kp);
     ctx->cache_dir = resolve_cache_dir(o);
-    ctx->pool = cv_pool_create(o ? o->threads : 0);
-    if (!ctx->error || !ctx->pool) {
+    ctx->base.pool = cv_pool_create(o ? o->threads : 0);
+    if (!ctx->base.error || !ctx->base.pool) {
         clvarlen_context_destroy(ctx);
         return NULL;
     }
@@ -330,14 +251,14 @@ clvarlen_status clvarlen_context_create(const clvarlen_options *o, clvarlen_cont
             st = cv_error(ctx, CLVARLEN_ERROR_DEVICE_NOT_FOUND, "device %d disappeared", index);
         free(list);
         if (st != CLVARLEN_SUCCESS) {
-            cv_error(NULL, st, "clvarlen_context_create: %s", ctx->error);
+            cv_error(NULL, st, "clvarlen_context_create: %s", ctx->base.error);
             clvarlen_context_destroy(ctx);
             return st;
         }
     }
 #endif
     cv_log(ctx, CLVARLEN_LOG_INFO, "context on %s (%s); %d CPU threads", ctx->device.device_name,
-           reason, cv_pool_size(ctx->pool));
+           reason, cv_pool_size(ctx->base.pool));
     *out = ctx;
     return CLVARLEN_SUCCESS;
 }
@@ -357,10 +278,10 @@ void clvarlen_context_destroy(clvarlen_context *ctx)
     if (ctx->cl_ctx)
         clReleaseContext(ctx->cl_ctx);
 #endif
-    cv_pool_destroy(ctx->pool);
+    cv_pool_destroy(ctx->base.pool);
     free(ctx->kernel_path);
     free(ctx->cache_dir);
-    free(ctx->error);
+    free(ctx->base.error);
     free(ctx);
 }
 
@@ -375,7 +296,7 @@ clvarlen_status clvarlen_context_device(clvarlen_context *ctx, clvarlen_device_i
 
 int clvarlen_context_threads(const clvarlen_context *ctx)
 {
-    return ctx ? cv_pool_size(ctx->pool) : 0;
+    return ctx ? cv_pool_size(ctx->base.pool) : 0;
 }
 
 clvarlen_status clvarlen_context_finish(clvarlen_context *ctx)
@@ -437,7 +358,7 @@ clvarlen_status clvarlen_context_create_cl(cl_context cl_ctx, cl_device_id devic
     free(list);
     clvarlen_status st = attach_device(ctx, platform, device, cl_ctx, queue, index);
     if (st != CLVARLEN_SUCCESS) {
-        cv_error(NULL, st, "clvarlen_context_create_cl: %s", ctx->error);
+        cv_error(NULL, st, "clvarlen_context_create_cl: %s", ctx->base.error);
         clvarlen_context_destroy(ctx);
         return st;
     }

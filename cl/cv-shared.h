@@ -1,0 +1,37 @@
+/* Constants that cross the host/kernel boundary, written once. The library's
+ * host code #includes this file; the kernel loader puts it in front of every
+ * program source (before common.clh), so kernels see the same values. Only
+ * preprocessor definitions belong here: it is read as C11 and OpenCL C 1.2.
+ */
+#ifndef CV_SHARED_H
+#define CV_SHARED_H
+
+/* Element-type codes of kernel specialisations (-DCV_DTYPE=<code> and
+ * friends); lib/core/dtype.c maps clvarlen_dtype onto them. */
+#define CV_DT_F32 0
+#define CV_DT_F16 1
+#define CV_DT_BF16 2
+#define CV_DT_I32 3
+
+/* Bits of the device-check flag word: check kernels and the bounds checks in
+ * op kernels raise them with atomic_or; the host turns them into statuses
+ * (lib/runtime/device-check.c). */
+#define CV_CHECK_CU_SEQLENS 0x1
+#define CV_CHECK_INDEX 0x2
+#define CV_CHECK_CAPACITY 0x4
+#define CV_CHECK_VALUE 0x8
+
+/* Gated delta rule: the flags word of its kernels (cl/gated-delta.cl). */
+#define GDN_HAS_CU 0x1
+#define GDN_HAS_POOL 0x2
+#define GDN_HAS_SIDX 0x4
+#define GDN_WRITE_BACK 0x8
+#define GDN_HAS_INTER 0x10
+#define GDN_HAS_CIDX 0x20
+#define GDN_HAS_CHECK 0x40
+#define GDN_STATE_KV 0x80
+#define GDN_L2NORM 0x100
+#define GDN_BIAS_F16 0x200
+#define GDN_BIAS_BF16 0x400
+
+#endif /* CV_SHARED_H */

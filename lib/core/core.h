@@ -1,0 +1,165 @@
+/* The core layer: what every other part of the library builds on, and which
+ * depends on nothing above it (only config.h, the public header, cl/cv-shared.h
+ * and libc/hwloc). Errors and logging (error.c), the dtype table and f16/bf16
+ * conversions (dtype.c), host-side argument checks (validate.c), status strings
+ * (status.c) and the CPU thread pool (threadpool.c).
+ *
+ * Nothing here is exported: the library is built with hidden visibility and a
+ * version script, and only CLVARLEN_API functions of the public headers are
+ * visible.
+ */
+#ifndef CLVARLEN_CORE_H
+#define CLVARLEN_CORE_H
+
+#include "config.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <clvarlen/clvarlen.h>
+
+#include "cv-shared.h"
+
+#if defined(__GNUC__)
+#  define CV_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#  define CV_PRINTF(f, a)
+#endif
+
+#define CV_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define CV_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/** The largest power of two <= x (1 for x < 2). */
+static inline int64_t cv_pow2_floor(int64_t x)
+{
+    int64_t p = 1;
+    while (p <= x / 2)
+        p *= 2;
+    return p;
+}
+
+/** The smallest power of two >= x (1 for x < 2); x <= 2^62. */
+static inline int64_t cv_pow2_ceil(int64_t x)
+{
+    int64_t p = 1;
+    while (p < x)
+        p *= 2;
+    return p;
+}
+
+/* ------------------------------------------------------------ errors and logging (error.c) */
+
+/** The part of a context the core and the CPU twins use: its last-error
+ * message, log settings and CPU pool. struct clvarlen_context
+ * (lib/runtime/runtime.h) begins with one, so they reach it through the
+ * opaque handle without depending on the runtime. */
+typedef struct cv_pool cv_pool;
+typedef struct cv_ctx_base {
+    char *error;               /* last error message, "" after success */
+    size_t error_cap;
+    clvarlen_log_fn log_fn;
+    void *log_user;
+    clvarlen_log_level log_level;
+    int log_stderr;            /* CLVARLEN_LOG asked for messages on stderr */
+    cv_pool *pool;             /* the CPU fallback's threads (threadpool.c) */
+} cv_ctx_base;
+
+/** The base of a context: its first member (C11 6.7.2.1p15). */
+static inline cv_ctx_base *cv_base(const clvarlen_context *ctx)
+{
+    return (cv_ctx_base *)(uintptr_t)(const void *)ctx;
+}
+
+/** Records a message, logs it at error level and returns st (for `return cv_error(...)`).
+ * ctx NULL: the calling thread's slot (clvarlen_last_error(NULL)). */
+clvarlen_status cv_error(clvarlen_context *ctx, clvarlen_status st, const char *fmt, ...)
+    CV_PRINTF(3, 4);
+clvarlen_status cv_verror(clvarlen_context *ctx, clvarlen_status st, const char *fmt, va_list ap);
+/** Clears the last error; every public entry point calls it first. */
+void cv_clear_error(clvarlen_context *ctx);
+void cv_log(clvarlen_context *ctx, clvarlen_log_level level, const char *fmt, ...) CV_PRINTF(3, 4);
+
+/** Public entry points on a context start with CV_ENTER(ctx): NULL check and error reset. */
+#define CV_ENTER_FN(ctx, fn)                                                                   \
+    do {                                                                                       \
+        if (!(ctx))                                                                            \
+            return cv_error(NULL, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: context is NULL",     \
+                            (fn));                                                             \
+        cv_clear_error(ctx);                                                                   \
+    } while (0)
+#define CV_ENTER(ctx) CV_ENTER_FN(ctx, __func__)
+
+/* ------------------------------------------------------------ dtypes (dtype.c) */
+
+/** One row of the dtype table: the only mapping from clvarlen_dtype. */
+typedef struct cv_dtype_info {
+    const char *name;   /* "f32", ... (clvarlen_dtype_name) */
+    size_t size;        /* bytes per element */
+    int kernel_code;    /* CV_DT_* of cl/cv-shared.h, -1 where no kernel takes it */
+    bool float_act;     /* a float activation dtype (f32, f16, bf16) */
+} cv_dtype_info;
+
+/** The table row of dtype; NULL if unknown. */
+const cv_dtype_info *cv_dtype(clvarlen_dtype dtype);
+/** dtype's size; 0 if unknown. */
+size_t cv_dtype_size(clvarlen_dtype dtype);
+/** A float activation dtype (f32, f16, bf16). */
+bool cv_is_float_act(clvarlen_dtype dtype);
+/** The kernels' code for dtype (CV_DT_*), -1 where none. */
+int cv_dtype_kernel_code(clvarlen_dtype dtype);
+
+float cv_half_to_float(uint16_t h);
+uint16_t cv_float_to_half(float f);   /* round to nearest even */
+float cv_bf16_to_float(uint16_t b);
+uint16_t cv_float_to_bf16(float f);   /* round to nearest even, NaN kept quiet */
+
+/** Element i of a float activation tensor as f32 (the CPU path's load; an
+ * inline switch, since it sits in the inner loops). */
+static inline float cv_load_act(const void *p, clvarlen_dtype dtype, int64_t i)
+{
+    switch (dtype) {
+    case CLVARLEN_DTYPE_F16: return cv_half_to_float(((const uint16_t *)p)[i]);
+    case CLVARLEN_DTYPE_BF16: return cv_bf16_to_float(((const uint16_t *)p)[i]);
+    default: return ((const float *)p)[i];
+    }
+}
+static inline void cv_store_act(void *p, clvarlen_dtype dtype, int64_t i, float x)
+{
+    switch (dtype) {
+    case CLVARLEN_DTYPE_F16: ((uint16_t *)p)[i] = cv_float_to_half(x); break;
+    case CLVARLEN_DTYPE_BF16: ((uint16_t *)p)[i] = cv_float_to_bf16(x); break;
+    default: ((float *)p)[i] = x; break;
+    }
+}
+
+/* ------------------------------------------------------------ host-side checks (validate.c) */
+
+/** Host-visible cu_seqlens [n+1]: cu[0] == 0, non-decreasing, and cu[n] == total
+ * when total >= 0. `what` names the argument in the message. */
+clvarlen_status cv_check_cu_seqlens(clvarlen_context *ctx, const char *fn, const char *what,
+                                    const int32_t *cu, int64_t n, int64_t total);
+/** Row geometry: row_elems > 0, stride 0 -> row_elems, stride >= row_elems;
+ * rows * stride * size must fit in size_t (and int64). *stride_out gets the stride. */
+clvarlen_status cv_check_rows(clvarlen_context *ctx, const char *fn, const char *what,
+                              clvarlen_dtype dtype, int64_t row_elems, int64_t rows,
+                              int64_t stride, int64_t *stride_out);
+/** Bytes spanned by `rows` rows of row_elems at `stride` elements (0 when rows == 0). */
+size_t cv_span_bytes(clvarlen_dtype dtype, int64_t row_elems, int64_t rows, int64_t stride);
+
+/* ------------------------------------------------------------ CPU thread pool (threadpool.c) */
+
+/** threads <= 0: one worker per physical core (hwloc), else sysconf. NULL on failure. */
+cv_pool *cv_pool_create(int threads);
+void cv_pool_destroy(cv_pool *pool);
+int cv_pool_size(const cv_pool *pool);
+
+/** Runs fn(arg, begin, end) over [0, n) in chunks of at least `grain` items, on
+ * every worker and the calling thread; returns when all chunks are done. Chunks
+ * are disjoint; their assignment to threads is not deterministic, so fn must
+ * not depend on which thread runs it. */
+typedef void (*cv_range_fn)(void *arg, int64_t begin, int64_t end);
+void cv_pool_for(cv_pool *pool, int64_t n, int64_t grain, cv_range_fn fn, void *arg);
+
+#endif /* CLVARLEN_CORE_H */

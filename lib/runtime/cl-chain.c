@@ -1,0 +1,114 @@
+/* Command chains: the one way the op families enqueue work. Each command
+ * waits for the previous one (the caller's wait list for the first), the
+ * chain owns its last event, and cv_chain_end either hands it to the caller
+ * or releases it, so no launcher handles events itself.
+ */
+#include "runtime/runtime.h"
+
+#if CLVARLEN_HAVE_OPENCL
+
+clvarlen_status cv_chain_begin(cv_chain *c, clvarlen_context *ctx, cl_uint num_events,
+                               const cl_event *wait_list, bool checks)
+{
+    c->ctx = ctx;
+    c->num_events = num_events;
+    c->wait_list = num_events ? wait_list : NULL;
+    c->last = NULL;
+    c->flag = NULL;
+    if (!checks)
+        return CLVARLEN_SUCCESS;
+    return cv_check_begin(ctx, &c->flag);
+}
+
+void cv_chain_wait_list(const cv_chain *c, cl_uint *num_events, const cl_event **wait_list)
+{
+    if (c->last) {
+        *num_events = 1;
+        *wait_list = &c->last;
+    } else {
+        *num_events = c->num_events;
+        *wait_list = c->wait_list;
+    }
+}
+
+void cv_chain_take(cv_chain *c, cl_event ev)
+{
+    if (c->last)
+        clReleaseEvent(c->last);
+    c->last = ev;
+}
+
+clvarlen_status cv_chain_run(cv_chain *c, cl_kernel kernel, const char *what, cl_uint dims,
+                             const size_t *global, const size_t *local)
+{
+    cl_uint nw;
+    const cl_event *wl;
+    cv_chain_wait_list(c, &nw, &wl);
+    cl_event ev = NULL;
+    clvarlen_status st = cv_enqueue(c->ctx, kernel, what, dims, global, local, nw, wl, &ev);
+    if (st != CLVARLEN_SUCCESS)
+        return st;
+    cv_chain_take(c, ev);
+    return CLVARLEN_SUCCESS;
+}
+
+clvarlen_status cv_chain_fill(cv_chain *c, cl_mem mem, const void *pattern, size_t pattern_size,
+                              size_t offset, size_t bytes)
+{
+    if (bytes == 0)
+        return CLVARLEN_SUCCESS;
+    cl_uint nw;
+    const cl_event *wl;
+    cv_chain_wait_list(c, &nw, &wl);
+    cl_event ev = NULL;
+    cl_int err = clEnqueueFillBuffer(c->ctx->queue, mem, pattern, pattern_size, offset, bytes,
+                                     nw, wl, &ev);
+    if (err != CL_SUCCESS)
+        return cv_cl_check(c->ctx, err, "clEnqueueFillBuffer");
+    cv_chain_take(c, ev);
+    return CLVARLEN_SUCCESS;
+}
+
+clvarlen_status cv_chain_read(cv_chain *c, cl_mem mem, size_t offset, size_t bytes, void *host)
+{
+    cl_uint nw;
+    const cl_event *wl;
+    cv_chain_wait_list(c, &nw, &wl);
+    return cv_read(c->ctx, mem, offset, bytes, host, nw, wl);
+}
+
+clvarlen_status cv_chain_read_rows(cv_chain *c, cl_mem mem, int64_t rows, size_t row_bytes,
+                                   size_t dev_stride_b, void *host, size_t host_stride_b)
+{
+    cl_uint nw;
+    const cl_event *wl;
+    cv_chain_wait_list(c, &nw, &wl);
+    return cv_read_rows(c->ctx, mem, rows, row_bytes, dev_stride_b, host, host_stride_b, nw, wl);
+}
+
+void cv_chain_abort(cv_chain *c)
+{
+    cv_chain_take(c, NULL);
+}
+
+clvarlen_status cv_chain_end(cv_chain *c, const char *fn, clvarlen_status st, cl_event *event)
+{
+    if (st == CLVARLEN_SUCCESS && c->flag)
+        st = cv_check_end(c->ctx, fn, c->last);
+    if (st != CLVARLEN_SUCCESS || !event) {
+        cv_chain_abort(c);
+        return st;
+    }
+    if (!c->last) {
+        cl_event ev = NULL;
+        cl_int err = clEnqueueMarkerWithWaitList(c->ctx->queue, c->num_events, c->wait_list, &ev);
+        if (err != CL_SUCCESS)
+            return cv_cl_check(c->ctx, err, "clEnqueueMarkerWithWaitList");
+        c->last = ev;
+    }
+    *event = c->last;
+    c->last = NULL;
+    return CLVARLEN_SUCCESS;
+}
+
+#endif /* CLVARLEN_HAVE_OPENCL */
