@@ -1,5 +1,10 @@
-/* clvarlen-test: the tool's generic test utilities (see ct-util.h); to be
- * replaced by the shared test kit.
+/* clvarlen-test: the tool's generic test utilities (see ct-util.h), to be
+ * replaced by the shared test kit (tests/kit/). Contents:
+ *   random numbers    ct_rng_*, ct_seed_for, ct_random_lengths (SplitMix64)
+ *   dtypes            ct_get, ct_set, ct_fill; f16/bf16 <-> float (static)
+ *   errors            ct_rel_err, ct_max_abs_err, ct_tolerance
+ *   check buffers     struct chk and chk_*: guard bands, sentinels, cl_mem
+ *                     copies at random offsets with guard bytes, comparisons
  *
  * SPDX-License-Identifier: MIT
  */

@@ -87,28 +87,41 @@ typedef struct chk {
 #endif
 } chk;
 
+/* Starts a check of `op` (its seed from ct_seed_for); clears row. */
 void chk_begin(chk *c, clvarlen_context *dev, clvarlen_context *cpu, const ct_options *opt,
                ct_row *row, const char *op);
+/* Per case: odd cases on an OpenCL device go through the cl_mem entry points. */
 void chk_case_begin(chk *c);
+/* Cases per check: 3 with --quick, else 10. */
 int chk_n_cases(const chk *c);
+/* Marks the case failed; the first failure becomes the row's note. */
 void chk_fail(chk *c, const char *fmt, ...) CT_PRINTF(2, 3);
+/* A sentinel-filled buffer with guard bands, freed (and its bands checked) by chk_end_case. */
 void *chk_alloc(chk *c, size_t bytes);
 void chk_end_case(chk *c);
+/* The check function's return value: 1 if an error stopped the op. */
 int chk_finish(chk *c);
+/* A call on valid input must succeed; returns 1 if it did. */
 int chk_call(chk *c, int on_cpu, clvarlen_status st);
+/* An error-path call must return `want`. */
 void chk_expect(chk *c, int on_cpu, clvarlen_status st, clvarlen_status want);
 void chk_note_err(chk *c, double e);
+/* Bitwise equality of n elements of dtype. */
 void chk_same(chk *c, const char *what, const void *got, const void *want,
               clvarlen_dtype dtype, size_t n);
+/* Relative L2 within tol (SPEC section 4). */
 void chk_close(chk *c, const char *what, const void *got, const void *want,
                clvarlen_dtype dtype, size_t n, double tol);
+/* Nothing may be written on error: the buffer still holds the sentinel. */
 void chk_untouched(chk *c, const char *what, const void *p, size_t bytes);
+/* Uniform integer in [lo, hi] and uniform double in [0, 1) from the check's stream. */
 int64_t chk_rnd(chk *c, int64_t lo, int64_t hi);
+double chk_unif(chk *c);
 #if CLVARLEN_HAVE_OPENCL
+/* Device copies at random 8-byte offsets with guard bytes; outputs are read
+ * back into `host` by chk_dev_finish, which also checks the guard bytes. */
 cl_mem chk_dev_in(chk *c, const void *host, size_t bytes, size_t *offset);
 cl_mem chk_dev_out(chk *c, void *host, size_t bytes, size_t *offset);
 clvarlen_status chk_dev_finish(chk *c, clvarlen_status st, cl_event ev);
 #endif
-double chk_unif(chk *c);
-
 #endif
