@@ -7,11 +7,11 @@ Run clvarlen's benchmark first with CLVARLEN_BENCH_DUMP=<dir>:
     python3 tools/bench-attention-torch.py --dump /tmp/attn
 
 For every bf16 case in <dir>/index.txt this script regenerates the same q, k
-and v (the generator documented in tools/attention.c, reproduced here bit for
+and v (the generator documented in tools/ops/attention.c, reproduced here bit for
 bit), reads the batch's cu_seqlens (from clvarlen_gen_seq_lens), times
 torch.nn.attention.varlen.varlen_attn (FlashAttention's varlen kernel) with
 CUDA events, compares its output with clvarlen's (<case>.o) and prints both
-rates and their ratio. FLOPs are counted as in tools/attention.c:
+rates and their ratio. FLOPs are counted as in tools/ops/attention.c:
 4 * sum(L^2) * D * Hq, halved for causal.
 """
 import argparse
@@ -25,7 +25,7 @@ MASK32 = 0xFFFFFFFF
 
 
 def bench_values(tensor_id, n, seed, device):
-    """Element i of tensor `tensor_id`: the hash of tools/attention.c, in int64 lanes."""
+    """Element i of tensor `tensor_id`: the hash of tools/ops/attention.c, in int64 lanes."""
     s = (seed * 0x9E3779B9) & MASK32
     x = torch.arange(n, dtype=torch.int64, device=device)
     x = ((x * 4 + tensor_id) & MASK32) ^ s

@@ -14,7 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "clvarlen-test.h"
+#include "ct-util.h"
+#include "ops.h"
 
 #if CLVARLEN_HAVE_OPENCL
 #  include <clvarlen/clvarlen-cl.h>
@@ -229,30 +230,23 @@ static int check_family(clvarlen_context *dev, clvarlen_context *cpu, const ct_o
     return 0;
 }
 
-static int check_gdn(clvarlen_context *dev, clvarlen_context *cpu, const ct_options *opt,
-                     ct_row *row)
+int check_gdn(clvarlen_context *dev, clvarlen_context *cpu, const ct_options *opt,
+              ct_row *row)
 {
     return check_family(dev, cpu, opt, row, CLVARLEN_GDN_AUTO, "gated-delta");
 }
 
-static int check_gdn_recurrent(clvarlen_context *dev, clvarlen_context *cpu,
-                               const ct_options *opt, ct_row *row)
+int check_gdn_recurrent(clvarlen_context *dev, clvarlen_context *cpu,
+                        const ct_options *opt, ct_row *row)
 {
     return check_family(dev, cpu, opt, row, CLVARLEN_GDN_RECURRENT, "gated-delta-recurrent");
 }
 
-static int check_gdn_chunked(clvarlen_context *dev, clvarlen_context *cpu, const ct_options *opt,
-                             ct_row *row)
+int check_gdn_chunked(clvarlen_context *dev, clvarlen_context *cpu, const ct_options *opt,
+                      ct_row *row)
 {
     return check_family(dev, cpu, opt, row, CLVARLEN_GDN_CHUNKED, "gated-delta-chunked");
 }
-
-const ct_check ct_gated_delta_checks[] = {
-    {"gated-delta", "gated-delta", check_gdn},
-    {"gated-delta-recurrent", "gated-delta", check_gdn_recurrent},
-    {"gated-delta-chunked", "gated-delta", check_gdn_chunked},
-    {NULL, NULL, NULL},
-};
 
 /* ================================================================ benchmarks */
 
@@ -433,7 +427,7 @@ static int bench_prefill(clvarlen_context *dev, const ct_options *opt, int32_t n
     return rc;
 }
 
-static int bench_gdn(clvarlen_context *dev, const ct_options *opt, double copy_gbps)
+int bench_gdn(clvarlen_context *dev, const ct_options *opt, double copy_gbps)
 {
     clvarlen_device_info info;
     int gpu_like = 0;
@@ -465,8 +459,3 @@ static int bench_gdn(clvarlen_context *dev, const ct_options *opt, double copy_g
     }
     return rc;
 }
-
-const ct_bench ct_gated_delta_benches[] = {
-    {"gated-delta", "gated-delta", bench_gdn},
-    {NULL, NULL, NULL},
-};

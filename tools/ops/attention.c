@@ -31,7 +31,8 @@
 #include <clvarlen/clvarlen-cl.h>
 #endif
 
-#include "clvarlen-test.h"
+#include "ct-util.h"
+#include "ops.h"
 
 /* ================================================================ checks */
 
@@ -245,27 +246,27 @@ static int check_forward(clvarlen_context *dev, clvarlen_context *cpu, const ct_
     return 0;
 }
 
-static int check_fwd_f32(clvarlen_context *dev, clvarlen_context *cpu, const ct_options *opt,
-                         ct_row *row)
+int check_fwd_f32(clvarlen_context *dev, clvarlen_context *cpu, const ct_options *opt,
+                  ct_row *row)
 {
     return check_forward(dev, cpu, opt, row, CLVARLEN_DTYPE_F32, "attention-f32");
 }
 
-static int check_fwd_f16(clvarlen_context *dev, clvarlen_context *cpu, const ct_options *opt,
-                         ct_row *row)
+int check_fwd_f16(clvarlen_context *dev, clvarlen_context *cpu, const ct_options *opt,
+                  ct_row *row)
 {
     return check_forward(dev, cpu, opt, row, CLVARLEN_DTYPE_F16, "attention-f16");
 }
 
-static int check_fwd_bf16(clvarlen_context *dev, clvarlen_context *cpu, const ct_options *opt,
-                          ct_row *row)
+int check_fwd_bf16(clvarlen_context *dev, clvarlen_context *cpu, const ct_options *opt,
+                   ct_row *row)
 {
     return check_forward(dev, cpu, opt, row, CLVARLEN_DTYPE_BF16, "attention-bf16");
 }
 
 /* N-way and two-way merges of random partials with empty (-inf) parts. */
-static int check_merge(clvarlen_context *dev, clvarlen_context *cpu, const ct_options *opt,
-                       ct_row *row)
+int check_merge(clvarlen_context *dev, clvarlen_context *cpu, const ct_options *opt,
+                ct_row *row)
 {
     uint64_t rs = ct_seed_for(opt, "attention-merge");
     static const clvarlen_dtype dts[] = {CLVARLEN_DTYPE_F32, CLVARLEN_DTYPE_BF16,
@@ -335,14 +336,6 @@ static int check_merge(clvarlen_context *dev, clvarlen_context *cpu, const ct_op
         snprintf(row->note, sizeof row->note, "f16/bf16 o errors scaled to the f32 tolerance");
     return 0;
 }
-
-const ct_check ct_attention_checks[] = {
-    {"attention-f32", "attention", check_fwd_f32},
-    {"attention-f16", "attention", check_fwd_f16},
-    {"attention-bf16", "attention", check_fwd_bf16},
-    {"attention-merge", "attention", check_merge},
-    {NULL, NULL, NULL},
-};
 
 /* ================================================================ benchmarks */
 
@@ -643,7 +636,7 @@ out:
     return rc;
 }
 
-static int bench_attention(clvarlen_context *dev, const ct_options *opt, double copy_gbps)
+int bench_attention(clvarlen_context *dev, const ct_options *opt, double copy_gbps)
 {
     (void)copy_gbps;
     /* The shapes (bf16, D 128, Hq 32, Hk 8) on GPUs; small ones on CPUs. */
@@ -690,8 +683,3 @@ static int bench_attention(clvarlen_context *dev, const ct_options *opt, double 
             rc = -1;
     return rc;
 }
-
-const ct_bench ct_attention_benches[] = {
-    {"attention", "attention", bench_attention},
-    {NULL, NULL, NULL},
-};

@@ -1,0 +1,553 @@
+/* clvarlen-test: the tool's generic test utilities (see ct-util.h), to be
+ * replaced by the shared test kit (tests/kit/). Contents:
+ *   random numbers    ct_rng_*, ct_seed_for, ct_random_lengths (SplitMix64)
+ *   dtypes            ct_get, ct_set, ct_fill; f16/bf16 <-> float (static)
+ *   errors            ct_rel_err, ct_max_abs_err, ct_tolerance
+ *   check buffers     struct chk and chk_*: guard bands, sentinels, cl_mem
+ *                     copies at random offsets with guard bytes, comparisons
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "config.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ct-util.h"
+
+/* ================================================================ random numbers, dtypes */
+
+/* SplitMix64: small state, good enough statistics, and reproducible everywhere. */
+uint64_t ct_rng_next(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+double ct_rng_uniform(uint64_t *state)
+{
+    return (double)(ct_rng_next(state) >> 11) * 0x1.0p-53;
+}
+
+double ct_rng_normal(uint64_t *state)
+{
+    double u1 = 1.0 - ct_rng_uniform(state); /* (0, 1]: log never sees 0 */
+    double u2 = ct_rng_uniform(state);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+int64_t ct_rng_int(uint64_t *state, int64_t lo, int64_t hi)
+{
+    if (hi <= lo)
+        return lo;
+    uint64_t span = (uint64_t)hi - (uint64_t)lo + 1u;
+    uint64_t r = ct_rng_next(state);
+    return span == 0 ? (int64_t)r : (int64_t)((uint64_t)lo + r % span);
+}
+
+uint64_t ct_seed_for(const ct_options *opt, const char *op)
+{
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a of the name, mixed with the seed */
+    for (const char *c = op; c && *c; c++)
+        h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
+    uint64_t s = (opt ? opt->seed : CT_DEFAULT_SEED) ^ h;
+    (void)ct_rng_next(&s);
+    return s;
+}
+
+static float bits_to_float(uint32_t x)
+{
+    float f;
+    memcpy(&f, &x, sizeof f);
+    return f;
+}
+
+static uint32_t float_to_bits(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    return x;
+}
+
+static float half_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+    float mag;
+    if (exp == 0)
+        mag = ldexpf((float)mant, -24);
+    else if (exp == 31)
+        mag = bits_to_float(0x7f800000u | (mant << 13));
+    else
+        mag = bits_to_float(((exp + 112u) << 23) | (mant << 13));
+    return bits_to_float(float_to_bits(mag) | sign);
+}
+
+/* Round to nearest even, as the library and vstore_half do. */
+static uint16_t float_to_half(float f)
+{
+    uint32_t x = float_to_bits(f);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u)
+        return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u));
+    if (ax >= 0x477ff000u) /* >= 65520 rounds to infinity */
+        return (uint16_t)(sign | 0x7c00u);
+    if (ax < 0x38800000u) /* below 2^-14: a subnormal half, scaled exactly, rounded by rint */
+        return (uint16_t)(sign | (uint16_t)lrintf(bits_to_float(ax) * 16777216.0f));
+    uint32_t h = ((ax >> 23) - 112u) << 10 | ((ax >> 13) & 0x3ffu);
+    uint32_t rest = ax & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u)))
+        h++;
+    return (uint16_t)(sign | h);
+}
+
+static float bf16_to_float(uint16_t b)
+{
+    return bits_to_float((uint32_t)b << 16);
+}
+
+static uint16_t float_to_bf16(float f)
+{
+    uint32_t x = float_to_bits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((x >> 16) | 0x40u);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+double ct_get(const void *p, clvarlen_dtype dtype, size_t i)
+{
+    switch (dtype) {
+    case CLVARLEN_DTYPE_F32: return ((const float *)p)[i];
+    case CLVARLEN_DTYPE_F16: return half_to_float(((const uint16_t *)p)[i]);
+    case CLVARLEN_DTYPE_BF16: return bf16_to_float(((const uint16_t *)p)[i]);
+    case CLVARLEN_DTYPE_F64: return ((const double *)p)[i];
+    case CLVARLEN_DTYPE_I32: return ((const int32_t *)p)[i];
+    case CLVARLEN_DTYPE_I64: return (double)((const int64_t *)p)[i];
+    case CLVARLEN_DTYPE_U8: return ((const uint8_t *)p)[i];
+    }
+    return 0.0;
+}
+
+void ct_set(void *p, clvarlen_dtype dtype, size_t i, double x)
+{
+    switch (dtype) {
+    case CLVARLEN_DTYPE_F32: ((float *)p)[i] = (float)x; break;
+    case CLVARLEN_DTYPE_F16: ((uint16_t *)p)[i] = float_to_half((float)x); break;
+    case CLVARLEN_DTYPE_BF16: ((uint16_t *)p)[i] = float_to_bf16((float)x); break;
+    case CLVARLEN_DTYPE_F64: ((double *)p)[i] = x; break;
+    case CLVARLEN_DTYPE_I32: ((int32_t *)p)[i] = (int32_t)llround(x); break;
+    case CLVARLEN_DTYPE_I64: ((int64_t *)p)[i] = (int64_t)llround(x); break;
+    case CLVARLEN_DTYPE_U8: ((uint8_t *)p)[i] = (uint8_t)llround(x); break;
+    }
+}
+
+void ct_fill(uint64_t *state, void *p, clvarlen_dtype dtype, size_t n, double scale)
+{
+    int64_t imax = scale >= 1.0 ? (int64_t)scale : 1;
+    for (size_t i = 0; i < n; i++) {
+        switch (dtype) {
+        case CLVARLEN_DTYPE_I32:
+        case CLVARLEN_DTYPE_I64: ct_set(p, dtype, i, (double)ct_rng_int(state, -imax, imax)); break;
+        case CLVARLEN_DTYPE_U8: ((uint8_t *)p)[i] = (uint8_t)ct_rng_next(state); break;
+        default: ct_set(p, dtype, i, ct_rng_normal(state) * scale); break;
+        }
+    }
+}
+
+double ct_rel_err(const void *a, const void *b, clvarlen_dtype dtype, size_t n)
+{
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double x = ct_get(a, dtype, i), y = ct_get(b, dtype, i);
+        if (isnan(x) || isnan(y)) /* NaN never passes, not even against NaN */
+            return INFINITY;
+        if (!isfinite(y)) {
+            if (x == y)
+                continue;
+            return INFINITY;
+        }
+        if (!isfinite(x))
+            return INFINITY;
+        num += (x - y) * (x - y);
+        den += y * y;
+    }
+    if (num == 0.0)
+        return 0.0;
+    return den > 0.0 ? sqrt(num / den) : sqrt(num);
+}
+
+double ct_max_abs_err(const void *a, const void *b, clvarlen_dtype dtype, size_t n)
+{
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double x = ct_get(a, dtype, i), y = ct_get(b, dtype, i);
+        if (isnan(x) || isnan(y)) /* NaN never passes, not even against NaN */
+            return INFINITY;
+        if (!isfinite(y)) {
+            if (x == y)
+                continue;
+            return INFINITY;
+        }
+        if (!isfinite(x))
+            return INFINITY;
+        if (fabs(x - y) > m)
+            m = fabs(x - y);
+    }
+    return m;
+}
+
+double ct_tolerance(clvarlen_dtype dtype)
+{
+    switch (dtype) {
+    case CLVARLEN_DTYPE_F32: return 1e-5;
+    case CLVARLEN_DTYPE_F16: return 2e-3;
+    case CLVARLEN_DTYPE_BF16: return 1e-2;
+    case CLVARLEN_DTYPE_F64: return 1e-12;
+    default: return 0.0;
+    }
+}
+
+int64_t ct_random_lengths(uint64_t *state, int64_t max_n, int64_t max_len, int64_t max_total,
+                          int32_t *lengths)
+{
+    if (max_n < 1)
+        return 0;
+    int64_t n = ct_rng_int(state, 1, max_n);
+    int64_t total = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double r = ct_rng_uniform(state);
+        int64_t len;
+        if (r < 0.12)
+            len = 0;
+        else if (r < 0.24)
+            len = 1;
+        else if (r < 0.30)
+            len = max_len;
+        else
+            len = ct_rng_int(state, 2, max_len);
+        if (len > max_len)
+            len = max_len;
+        if (len < 0)
+            len = 0;
+        if (total + len > max_total)
+            len = max_total - total;
+        lengths[i] = (int32_t)len;
+        total += len;
+    }
+    return n;
+}
+
+/* ================================================================ check buffers with guard bands */
+
+#define GUARD_BYTES 64
+#define GUARD_FILL 0xA5
+#define SENTINEL 0xAB /* unwritten output bytes; compared like any other */
+
+void chk_begin(chk *c, clvarlen_context *dev, clvarlen_context *cpu, const ct_options *opt,
+               ct_row *row, const char *op)
+{
+    memset(c, 0, sizeof *c);
+    c->dev = dev;
+    c->cpu = cpu;
+    c->opt = opt;
+    c->row = row;
+    c->rng = ct_seed_for(opt, op);
+    row->cases = 0;
+    row->failed = 0;
+    row->max_err = 0.0;
+    row->tolerance = 0.0;
+    row->note[0] = '\0';
+    c->is_cl = ct_context_is_cl(dev);
+#if CLVARLEN_HAVE_OPENCL
+    if (c->is_cl) {
+        cl_device_id d;
+        if (clvarlen_context_get_cl(dev, &c->clc, &d, &c->queue) != CLVARLEN_SUCCESS)
+            c->is_cl = 0;
+    }
+#endif
+}
+
+/* On an OpenCL device, odd cases go through the cl_mem entry points (byte
+ * offsets, device-side guard bytes); even ones through the host-memory API. */
+void chk_case_begin(chk *c)
+{
+    c->cl_case = c->is_cl && c->case_i % 2 == 1;
+}
+
+int chk_n_cases(const chk *c)
+{
+    return c->opt->quick ? 3 : 10;
+}
+
+void chk_fail(chk *c, const char *fmt, ...)
+{
+    c->case_bad = 1;
+    if (c->row->note[0])
+        return;
+    int k = snprintf(c->row->note, sizeof c->row->note, "case %d%s: ", c->case_i,
+                     c->cl_case ? " (cl_mem)" : "");
+    va_list ap;
+    va_start(ap, fmt);
+    if (k > 0 && (size_t)k < sizeof c->row->note)
+        vsnprintf(c->row->note + k, sizeof c->row->note - (size_t)k, fmt, ap);
+    va_end(ap);
+}
+
+/* A guarded, sentinel-filled buffer that lives until the end of the case. */
+void *chk_alloc(chk *c, size_t bytes)
+{
+    if (c->n_alloc == CT_CHK_MAX_ALLOCS) {
+        c->oom = 1;
+        return NULL;
+    }
+    unsigned char *base = malloc(bytes + 2 * GUARD_BYTES);
+    if (!base) {
+        c->oom = 1;
+        return NULL;
+    }
+    memset(base, GUARD_FILL, GUARD_BYTES);
+    memset(base + GUARD_BYTES, SENTINEL, bytes);
+    memset(base + GUARD_BYTES + bytes, GUARD_FILL, GUARD_BYTES);
+    c->alloc[c->n_alloc] = base;
+    c->alloc_bytes[c->n_alloc] = bytes;
+    c->n_alloc++;
+    return base + GUARD_BYTES;
+}
+
+/* Ends a case: guard bands intact, counts the case, frees its buffers. */
+void chk_end_case(chk *c)
+{
+    for (int i = 0; i < c->n_alloc; i++) {
+        const unsigned char *b = c->alloc[i];
+        int intact = 1;
+        for (size_t k = 0; k < GUARD_BYTES; k++)
+            if (b[k] != GUARD_FILL || b[GUARD_BYTES + c->alloc_bytes[i] + k] != GUARD_FILL)
+                intact = 0;
+        if (!intact)
+            chk_fail(c, "a write outside a buffer (guard band of buffer %d changed)", i);
+        free(c->alloc[i]);
+    }
+    c->n_alloc = 0;
+    if (c->oom && !c->stop) {
+        c->stop = 1;
+        snprintf(c->row->note, sizeof c->row->note, "case %d: out of host memory", c->case_i);
+    }
+    if (!c->stop) {
+        c->row->cases++;
+        if (c->case_bad)
+            c->row->failed++;
+    }
+    c->case_bad = 0;
+}
+
+int chk_finish(chk *c)
+{
+    return c->stop ? 1 : 0;
+}
+
+/* Statuses that say the device (or the build) could not run the op at all. */
+static int chk_is_stopping(clvarlen_status st)
+{
+    return st == CLVARLEN_ERROR_OPENCL || st == CLVARLEN_ERROR_KERNEL_NOT_FOUND ||
+           st == CLVARLEN_ERROR_KERNEL_BUILD || st == CLVARLEN_ERROR_OUT_OF_MEMORY ||
+           st == CLVARLEN_ERROR_NO_OPENCL;
+}
+
+/* A call on valid input must succeed; returns 1 if it did. */
+int chk_call(chk *c, int on_cpu, clvarlen_status st)
+{
+    if (st == CLVARLEN_SUCCESS)
+        return 1;
+    clvarlen_context *ctx = on_cpu ? c->cpu : c->dev;
+    if (c->stop)
+        return 0; /* dev_finish has said why */
+    if (chk_is_stopping(st)) {
+        c->stop = 1;
+        snprintf(c->row->note, sizeof c->row->note, "case %d: %s: %s: %s", c->case_i,
+                 on_cpu ? "cpu" : "device", clvarlen_status_name(st), clvarlen_last_error(ctx));
+        return 0;
+    }
+    chk_fail(c, "%s: %s: %s", on_cpu ? "cpu" : "device", clvarlen_status_name(st),
+             clvarlen_last_error(ctx));
+    return 0;
+}
+
+/* An error-path call must return `want`. */
+void chk_expect(chk *c, int on_cpu, clvarlen_status st, clvarlen_status want)
+{
+    if (st == want)
+        return;
+    if (chk_is_stopping(st)) {
+        chk_call(c, on_cpu, st);
+        return;
+    }
+    chk_fail(c, "%s: returned %s, expected %s", on_cpu ? "cpu" : "device",
+             clvarlen_status_name(st), clvarlen_status_name(want));
+}
+
+void chk_note_err(chk *c, double e)
+{
+    if (isnan(e) || e > c->row->max_err)
+        c->row->max_err = isnan(e) ? INFINITY : e;
+}
+
+/* Bitwise equality of n elements of dtype. */
+void chk_same(chk *c, const char *what, const void *got, const void *want,
+              clvarlen_dtype dtype, size_t n)
+{
+    size_t es = clvarlen_dtype_size(dtype);
+    const unsigned char *g = got, *w = want;
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (memcmp(g + i * es, w + i * es, es) != 0) {
+            if (!bad)
+                first = i;
+            bad++;
+        }
+    }
+    if (!bad)
+        return;
+    double e = ct_rel_err(got, want, dtype, n);
+    chk_note_err(c, e > 0.0 ? e : 1e-300);
+    chk_fail(c, "%s: %zu of %zu differ, first [%zu]: %.9g vs %.9g", what, bad, n, first,
+             ct_get(got, dtype, first), ct_get(want, dtype, first));
+}
+
+/* Relative L2 within tol (SPEC section 4), for float accumulation. */
+void chk_close(chk *c, const char *what, const void *got, const void *want,
+               clvarlen_dtype dtype, size_t n, double tol)
+{
+    double e = ct_rel_err(got, want, dtype, n);
+    chk_note_err(c, e);
+    if (tol > c->row->tolerance)
+        c->row->tolerance = tol;
+    if (!(e <= tol))
+        chk_fail(c, "%s: rel L2 %.3g > %.3g (max abs %.3g)", what, e, tol,
+                 ct_max_abs_err(got, want, dtype, n));
+}
+
+/* Nothing may be written on error: the buffer still holds the sentinel. */
+void chk_untouched(chk *c, const char *what, const void *p, size_t bytes)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < bytes; i++) {
+        if (b[i] != SENTINEL) {
+            chk_fail(c, "%s written although the call failed (byte %zu)", what, i);
+            return;
+        }
+    }
+}
+
+int64_t chk_rnd(chk *c, int64_t lo, int64_t hi)
+{
+    return ct_rng_int(&c->rng, lo, hi);
+}
+
+#if CLVARLEN_HAVE_OPENCL
+/* A device copy of a host buffer at a random byte offset (a multiple of 8,
+ * so every element type stays aligned), with guard bytes on both sides.
+ * host_out != NULL: an output, read back into host_out by dev_finish. */
+static cl_mem chk_dev_put(chk *c, const void *host, size_t bytes, void *host_out, size_t *offset)
+{
+    *offset = 0;
+    if (!host || c->dm_failed)
+        return NULL;
+    if (c->n_dm == CT_CHK_MAX_ALLOCS) {
+        c->dm_failed = 1;
+        return NULL;
+    }
+    size_t off = 8 * (size_t)chk_rnd(c, 1, 16);
+    size_t total = off + bytes + GUARD_BYTES;
+    unsigned char *tmp = malloc(total);
+    if (!tmp) {
+        c->oom = 1;
+        c->dm_failed = 1;
+        return NULL;
+    }
+    memset(tmp, GUARD_FILL, total);
+    memcpy(tmp + off, host, bytes);
+    cl_int err;
+    cl_mem m = clCreateBuffer(c->clc, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, total, tmp, &err);
+    free(tmp);
+    if (err != CL_SUCCESS) {
+        c->dm_failed = 1;
+        return NULL;
+    }
+    struct dmem *d = &c->dm[c->n_dm++];
+    d->mem = m;
+    d->offset = off;
+    d->bytes = bytes;
+    d->host_out = host_out;
+    *offset = off;
+    return m;
+}
+
+cl_mem chk_dev_in(chk *c, const void *host, size_t bytes, size_t *offset)
+{
+    return chk_dev_put(c, host, bytes, NULL, offset);
+}
+
+cl_mem chk_dev_out(chk *c, void *host, size_t bytes, size_t *offset)
+{
+    return chk_dev_put(c, host, bytes, host, offset);
+}
+
+/* After a cl_mem call: waits for its event, reads the outputs back, checks
+ * every buffer's guard bytes and releases the buffers. Returns st, or
+ * CLVARLEN_ERROR_OPENCL (with the note set) when the tool's own OpenCL calls
+ * failed. */
+clvarlen_status chk_dev_finish(chk *c, clvarlen_status st, cl_event ev)
+{
+    int tool_failed = c->dm_failed;
+    if (ev) {
+        if (st == CLVARLEN_SUCCESS && clWaitForEvents(1, &ev) != CL_SUCCESS)
+            tool_failed = 1;
+        clReleaseEvent(ev);
+    }
+    if (st == CLVARLEN_SUCCESS && !tool_failed && clFinish(c->queue) != CL_SUCCESS)
+        tool_failed = 1;
+    for (int i = 0; i < c->n_dm; i++) {
+        struct dmem *d = &c->dm[i];
+        size_t total = d->offset + d->bytes + GUARD_BYTES;
+        unsigned char *tmp = st == CLVARLEN_SUCCESS && !tool_failed ? malloc(total) : NULL;
+        if (tmp && clEnqueueReadBuffer(c->queue, d->mem, CL_TRUE, 0, total, tmp, 0, NULL,
+                                       NULL) == CL_SUCCESS) {
+            int intact = 1;
+            for (size_t k = 0; k < d->offset; k++)
+                intact &= tmp[k] == GUARD_FILL;
+            for (size_t k = 0; k < GUARD_BYTES; k++)
+                intact &= tmp[d->offset + d->bytes + k] == GUARD_FILL;
+            if (!intact)
+                chk_fail(c, "device wrote outside buffer %d (offset %zu, %zu bytes)", i,
+                         d->offset, d->bytes);
+            if (d->host_out)
+                memcpy(d->host_out, tmp + d->offset, d->bytes);
+        } else if (st == CLVARLEN_SUCCESS) {
+            tool_failed = 1;
+        }
+        free(tmp);
+        clReleaseMemObject(d->mem);
+    }
+    c->n_dm = 0;
+    c->dm_failed = 0;
+    if (tool_failed && st == CLVARLEN_SUCCESS) {
+        c->stop = 1;
+        snprintf(c->row->note, sizeof c->row->note,
+                 "case %d: the tool's OpenCL buffer calls failed", c->case_i);
+        return CLVARLEN_ERROR_OPENCL;
+    }
+    return st;
+}
+#endif
+
+double chk_unif(chk *c)
+{
+    return ct_rng_uniform(&c->rng);
+}
