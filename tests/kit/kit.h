@@ -1,15 +1,18 @@
-/* Helpers shared by the test binaries: deterministic random data, guard
- * bands around outputs, comparisons with SPEC section 4's tolerances, and the
- * OpenCL device probe that runs in a child process (the Check runner itself
- * must make no OpenCL call before it forks).
+/* The test kit: what the test binaries and clvarlen-test share. Deterministic
+ * random data, the one f16/bf16 conversion of the tests and tools (written from
+ * the IEEE formats, independent of lib/), random varlen batch lengths, guard
+ * bands around outputs, and comparisons with SPEC section 4's tolerances.
+ *
+ * This part does not depend on Check, so an installed tool can link it; the
+ * Check-dependent helpers (assertions, fixtures, the device probe, the suite
+ * runner) are in kit-check.h.
  */
-#ifndef CLVARLEN_TEST_UTIL_H
-#define CLVARLEN_TEST_UTIL_H
+#ifndef CLVARLEN_TEST_KIT_H
+#define CLVARLEN_TEST_KIT_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include <check.h>
 #include <clvarlen/clvarlen.h>
 
 /* ---- deterministic random numbers (xorshift-style; no global state) */
@@ -49,11 +52,16 @@ typedef struct tu_guarded {
     void *p;             /* the usable region */
     size_t bytes;
 } tu_guarded;
-/** Allocates `bytes` (may be 0) with guards; the usable region is filled with `fill` bytes. */
-tu_guarded tu_guarded_alloc(size_t bytes, unsigned char fill);
+/** Allocates `bytes` (may be 0) with guards; the usable region is filled with `fill` bytes.
+ * Returns 0, or -1 when out of memory (kit-check.h's tu_guarded_alloc fails the test). */
+int tu_guarded_init(tu_guarded *g, size_t bytes, unsigned char fill);
 /** 1 if both guard bands are intact. */
 int tu_guard_ok(const tu_guarded *g);
 void tu_guarded_free(tu_guarded *g);
+/** The same guard bands on a raw allocation of TU_GUARD_BYTES + bytes + TU_GUARD_BYTES:
+ * tu_guard_write sets them, tu_guard_intact returns 1 if both still hold. */
+void tu_guard_write(unsigned char *base, size_t bytes);
+int tu_guard_intact(const unsigned char *base, size_t bytes);
 
 /* ---- comparison against a float64 oracle (SPEC section 4) */
 typedef struct tu_err {
@@ -63,50 +71,19 @@ typedef struct tu_err {
     int mismatched_inf; /* out and ref disagree on +-inf positions */
 } tu_err;
 tu_err tu_compare(const void *out, clvarlen_dtype dtype, const double *ref, size_t n);
-/** Tolerance of SPEC section 4 for dtype (f32 1e-5, f16 2e-3, bf16 1e-2). */
+/** Tolerance of SPEC section 4 for dtype (f32 1e-5, f16 2e-3, bf16 1e-2, f64 1e-12;
+ * 0 for integers, which are exact). */
 double tu_tolerance(clvarlen_dtype dtype);
-/** ck_assert that err is within tol and has no NaN/Inf mismatch; label goes in the message. */
-#define tu_assert_close(err, tol, label)                                                       \
-    do {                                                                                       \
-        tu_err e__ = (err);                                                                    \
-        ck_assert_msg(e__.nonfinite == 0 && e__.mismatched_inf == 0 && e__.rel_l2 <= (tol),    \
-                      "%s: rel_l2 %.3g (tol %.3g) max_abs %.3g nonfinite %d inf-mismatch %d",  \
-                      (label), e__.rel_l2, (double)(tol), e__.max_abs, e__.nonfinite,          \
-                      e__.mismatched_inf);                                                     \
-    } while (0)
-
-/**
- * ck_assert_msg for loops over many elements: Check records the location of every
- * passing ck_assert (a write to its message channel each time), which makes a million
- * element comparisons take seconds; this only calls into Check on failure.
- */
-#define tu_check(cond, ...)                                                                    \
-    do {                                                                                       \
-        if (!(cond))                                                                           \
-            ck_abort_msg(__VA_ARGS__);                                                         \
-    } while (0)
-
-/* ---- OpenCL availability, probed in a forked child so the runner stays clean */
-/** 1 if clvarlen_device_count() > 0 in a child process (the parent makes no OpenCL call). */
-int tu_probe_opencl_device(void);
-/** Exit code for "nothing to run" (meson treats 77 as skipped). */
-#define TU_EXIT_SKIP 77
-
-/**
- * The device spec the OpenCL tests use: CLVARLEN_TEST_DEVICE if set, else the
- * first OpenCL device (index "0" ... as selected by the default order, never "cpu").
- * Only call inside a test body (after fork).
- */
-const char *tu_cl_device_spec(void);
-/** A context on the test's OpenCL device (fails the test if none). */
-clvarlen_context *tu_cl_context(void);
-/** A context on the CPU fallback. */
-clvarlen_context *tu_cpu_context(void);
+/** Relative L2 error of a against b (both dtype, n elements); abs L2 when ||b|| == 0.
+ * +inf when a NaN appears in either (NaN never passes, not even against NaN), or an
+ * infinity the other does not match. */
+double tu_rel_err(const void *a, const void *b, clvarlen_dtype dtype, size_t n);
+/** Largest |a[i] - b[i]|; +inf on NaN or unmatched infinities as tu_rel_err. */
+double tu_max_abs_err(const void *a, const void *b, clvarlen_dtype dtype, size_t n);
+/** 1 if err is within tol with no NaN (NaN never passes) and no infinity mismatch. */
+int tu_err_within(tu_err err, double tol);
 
 /* ---- files and logs (program cache and kernel path tests) */
-/** A fresh directory (mkdtemp) beside CLVARLEN_CACHE_DIR when that is set (the build
- * tree), else in TMPDIR or /tmp; malloc'ed path. */
-char *tu_make_temp_dir(const char *tag);
 /** rm -rf path (no-op when NULL). */
 void tu_remove_tree(const char *path);
 /** Writes `size` bytes to path (replacing it); 0 on success. */
@@ -126,7 +103,4 @@ int tu_log_count(const tu_log *log, const char *needle);
 void tu_log_clear(tu_log *log);
 void tu_log_free(tu_log *log);
 
-/** Runs a suite with CK_ENV-style defaults and returns the process exit code. */
-int tu_run_suite(Suite *s);
-
-#endif
+#endif /* CLVARLEN_TEST_KIT_H */

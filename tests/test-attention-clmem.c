@@ -1,14 +1,18 @@
-/* Varlen attention on the OpenCL device: every case of the CPU suite
- * (test-attention-cpu.c, included below) through the host-memory entry
- * points, plus the cl_mem entry points with byte offsets and events, device
+/* Varlen attention on the OpenCL device only (linked into test-attention-cl,
+ * which also runs every case of test-attention.c through the host-memory
+ * entry points): the cl_mem entry points with byte offsets and events, device
  * checks of cu_seqlens, the cl_mem merges, and the tensor-core kernel
  * (cl/attention-nv.cl): on NVIDIA it runs natively; elsewhere
  * CLVARLEN_ATTENTION_KERNEL=mma runs its emulated form, which executes the
  * same fragment bookkeeping with the warp-wide operations emulated in local
  * memory. Exits 77 without an OpenCL device.
  */
-#define ATTN_TEST_OPENCL 1
-#include "test-attention-cpu.c"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test-attention.h"
 
 #include <clvarlen/clvarlen-cl.h>
 
@@ -289,7 +293,7 @@ START_TEST(test_no_opencl)
 }
 END_TEST
 
-static void add_cl_cases(Suite *s)
+void attn_add_cl_cases(Suite *s)
 {
     TCase *tc = tcase_create("cl_mem");
     tcase_set_timeout(tc, 600);

@@ -1,29 +1,27 @@
-/* Segment family on an OpenCL device (PoCL in CI): every host-memory case of
- * test-segment-cpu.c on a device context, then the cl_mem entry points of
- * clvarlen-cl.h on buffers made here (byte offsets, guard bytes around every
- * region, wait lists and events), the same results as the CPU fallback, and
- * device checks: invalid device-resident cu_seqlens/indices give the error
- * and leave every output untouched.
+/* Segment family on an OpenCL device (PoCL in CI), linked into test-segment-cl
+ * only: the cl_mem entry points of clvarlen-cl.h on buffers made here (byte
+ * offsets, guard bytes around every region, wait lists and events), the same
+ * results as the CPU fallback, and device checks: invalid device-resident
+ * cu_seqlens/indices give the error and leave every output untouched. The
+ * host-memory cases run on the device too, from test-segment.c.
  *
  * The runner process makes no OpenCL call: the device probe runs in a forked
  * child, and contexts are made in checked fixtures (after Check forks).
  */
-#include "test-util.h"
+#include "test-segment.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <clvarlen/clvarlen-cl.h>
 
 /* Device contexts of this suite run without the library's on-disk program cache
  * (test-program-cache covers it): on PoCL, storing an entry asks for the program
  * binary, which compiles every kernel of segment.cl for every -D variant (8 to 26 s
  * each, about 11 variants: minutes), where PoCL alone compiles only the kernels used
  * and keeps them in POCL_CACHE_DIR (about a minute cold, seconds warm). */
-static clvarlen_context *seg_cl_context(int device_checks);
-#define SEG_CONTEXT() seg_cl_context(0)
-#define SEG_SUITE "segment-cl"
-#define SEG_TIMEOUT 300
-#define SEG_NO_MAIN
-#include "test-segment-cpu.c"
-
-#include <clvarlen/clvarlen-cl.h>
-
 /* ------------------------------------------------------------ device buffers with guards */
 
 #define DB_GUARD 40 /* bytes after each region; the region starts at `off` */
@@ -61,7 +59,7 @@ static dbuf db_make(clvarlen_context *ctx, size_t bytes, size_t off, const void 
     d.off = off;
     d.bytes = bytes;
     d.size = off + bytes + DB_GUARD;
-    d.host = xmalloc(d.size);
+    d.host = tu_xmalloc(d.size);
     for (size_t i = 0; i < d.size; i++)
         d.host[i] = db_pattern(i);
     if (init && bytes)
@@ -129,10 +127,10 @@ START_TEST(clm_cu_lengths_maps)
     tu_rng r = tu_rng_make(seed);
     int32_t lengths[1300];
     int64_t n = tu_random_lengths(&r, 1300, 50, 40000, lengths);
-    int32_t *cu = xmalloc((size_t)(n + 1) * sizeof(int32_t));
+    int32_t *cu = tu_xmalloc((size_t)(n + 1) * sizeof(int32_t));
     ref_cu_from_lengths(lengths, n, cu);
     const int64_t total = cu[n];
-    int32_t *offsets = xmalloc((size_t)n * sizeof(int32_t));
+    int32_t *offsets = tu_xmalloc((size_t)n * sizeof(int32_t));
     for (int64_t s = 0; s < n; s++)
         offsets[s] = (int32_t)tu_int(&r, 0, 5000);
     char label[120];
@@ -161,12 +159,12 @@ START_TEST(clm_cu_lengths_maps)
     wait_release(&e3, label);
     wait_release(&e1, label);
 
-    int32_t *want_sid = xmalloc((size_t)(total + 1) * 4), *want_pos = xmalloc((size_t)(total + 1) * 4);
+    int32_t *want_sid = tu_xmalloc((size_t)(total + 1) * 4), *want_pos = tu_xmalloc((size_t)(total + 1) * 4);
     ref_token_maps(cu, n, offsets, want_sid, want_pos);
-    assert_i32_eq(db_fetch(ctx, &d_cu, label), cu, n + 1, label);
-    assert_i32_eq(db_fetch(ctx, &d_back, label), lengths, n, label);
-    assert_i32_eq(db_fetch(ctx, &d_sid, label), want_sid, total, label);
-    assert_i32_eq(db_fetch(ctx, &d_pos, label), want_pos, total, label);
+    tu_assert_i32_eq(db_fetch(ctx, &d_cu, label), cu, n + 1, label);
+    tu_assert_i32_eq(db_fetch(ctx, &d_back, label), lengths, n, label);
+    tu_assert_i32_eq(db_fetch(ctx, &d_sid, label), want_sid, total, label);
+    tu_assert_i32_eq(db_fetch(ctx, &d_pos, label), want_pos, total, label);
 
     /* One map only, no offsets (NULL cl_mem), no event. */
     dbuf d_pos2 = db_make(ctx, (size_t)total * 4, 0, NULL);
@@ -174,7 +172,7 @@ START_TEST(clm_cu_lengths_maps)
                                   d_pos2.mem, d_pos2.off, 0, NULL, NULL),
            label);
     ref_token_maps(cu, n, NULL, NULL, want_pos);
-    assert_i32_eq(db_fetch(ctx, &d_pos2, label), want_pos, total, label);
+    tu_assert_i32_eq(db_fetch(ctx, &d_pos2, label), want_pos, total, label);
 
     db_free(&d_pos2);
     db_free(&d_len);
@@ -207,17 +205,17 @@ START_TEST(clm_pack_unpack)
             snprintf(label, sizeof label, "cl %s %s x%" PRId64 " batch %" PRId64 " S %" PRId64
                      " seed %" PRIu64, masked ? "pack_masked" : "pack",
                      clvarlen_dtype_name(rc.dtype), rc.elems, batch, S, seed);
-            unsigned char *padded = xmalloc((size_t)rows_ * ppitch);
+            unsigned char *padded = tu_xmalloc((size_t)rows_ * ppitch);
             random_bytes(&r, padded, (size_t)rows_ * ppitch);
-            int32_t *valid = xmalloc((size_t)batch * 4);
-            uint8_t *mask = xmalloc((size_t)rows_);
+            int32_t *valid = tu_xmalloc((size_t)batch * 4);
+            uint8_t *mask = tu_xmalloc((size_t)rows_);
             for (int64_t b = 0; b < batch; b++)
                 valid[b] = (int32_t)tu_int(&r, 0, S);
             for (int64_t i = 0; i < rows_; i++)
                 mask[i] = tu_int(&r, 0, 1) ? (uint8_t)tu_int(&r, 1, 255) : 0;
-            unsigned char *want = xmalloc((size_t)rows_ * row_bytes);
-            int32_t *want_cu = xmalloc((size_t)(batch + 1) * 4);
-            int64_t *want_src = xmalloc((size_t)rows_ * 8);
+            unsigned char *want = tu_xmalloc((size_t)rows_ * row_bytes);
+            int32_t *want_cu = tu_xmalloc((size_t)(batch + 1) * 4);
+            int64_t *want_src = tu_xmalloc((size_t)rows_ * 8);
             int64_t total = masked ? ref_pack_masked(row_bytes, padded, ppitch, batch, S, mask,
                                                      want, want_cu, want_src)
                                    : ref_pack(row_bytes, padded, ppitch, batch, S, valid, want,
@@ -242,10 +240,10 @@ START_TEST(clm_pack_unpack)
             memcpy(&got_total, db_fetch(ctx, &d_total, label), 8);
             tu_check(got_total == total, "%s: total %" PRId64 " want %" PRId64, label,
                      got_total, total);
-            assert_bytes_eq(db_fetch(ctx, &d_packed, label), want, (size_t)total * row_bytes,
+            tu_assert_bytes_eq(db_fetch(ctx, &d_packed, label), want, (size_t)total * row_bytes,
                             label);
-            assert_i32_eq(db_fetch(ctx, &d_cu, label), want_cu, batch + 1, label);
-            assert_i64_eq(db_fetch(ctx, &d_src, label), want_src, total, label);
+            tu_assert_i32_eq(db_fetch(ctx, &d_cu, label), want_cu, batch + 1, label);
+            tu_assert_i64_eq(db_fetch(ctx, &d_src, label), want_src, total, label);
 
             /* unpack back into a fresh strided tensor with a pad value */
             int64_t ustride = random_stride(&r, rc.elems);
@@ -253,7 +251,7 @@ START_TEST(clm_pack_unpack)
             unsigned char pad[8];
             random_bytes(&r, pad, sizeof pad);
             dbuf d_out = db_make(ctx, (size_t)rows_ * upitch, 16, NULL);
-            unsigned char *want_out = xmalloc(d_out.bytes);
+            unsigned char *want_out = tu_xmalloc(d_out.bytes);
             memcpy(want_out, d_out.host + d_out.off, d_out.bytes);
             ref_unpack(row_bytes, es, want, row_bytes, total, want_src, batch, S, pad, want_out,
                        upitch);
@@ -261,7 +259,7 @@ START_TEST(clm_pack_unpack)
                                       total, d_src.mem, d_src.off, batch, S, pad, d_out.mem,
                                       d_out.off, ustride, 0, NULL, NULL),
                    label);
-            assert_bytes_eq(db_fetch(ctx, &d_out, label), want_out, d_out.bytes, label);
+            tu_assert_bytes_eq(db_fetch(ctx, &d_out, label), want_out, d_out.bytes, label);
 
             db_free(&d_out);
             db_free(&d_pad);
@@ -304,9 +302,9 @@ START_TEST(clm_gather_scatter)
                  "cl gather/scatter %s x%" PRId64 " rows %" PRId64 " n %" PRId64
                  " offsets %zu/%zu seed %" PRIu64,
                  clvarlen_dtype_name(rc.dtype), rc.elems, rows_, n_index, off_src, off_dst, seed);
-        unsigned char *src = xmalloc((size_t)rows_ * spitch);
+        unsigned char *src = tu_xmalloc((size_t)rows_ * spitch);
         random_bytes(&r, src, (size_t)rows_ * spitch);
-        int32_t *index = xmalloc((size_t)n_index * 4);
+        int32_t *index = tu_xmalloc((size_t)n_index * 4);
         for (int64_t m = 0; m < n_index; m++)
             index[m] = tu_int(&r, 0, 9) == 0 ? -1 : (int32_t)tu_int(&r, 0, rows_ - 1);
 
@@ -314,25 +312,25 @@ START_TEST(clm_gather_scatter)
         dbuf d_src = db_make(ctx, (size_t)rows_ * spitch, off_src, src);
         dbuf d_idx = db_make(ctx, (size_t)n_index * 4, 4 * (size_t)tu_int(&r, 0, 3), index);
         dbuf d_dst = db_make(ctx, (size_t)n_index * dpitch, off_dst, NULL);
-        unsigned char *want = xmalloc(d_dst.bytes);
+        unsigned char *want = tu_xmalloc(d_dst.bytes);
         memcpy(want, d_dst.host + d_dst.off, d_dst.bytes);
         ref_gather(row_bytes, src, spitch, index, n_index, want, dpitch);
         SEG_OK(clvarlen_cl_gather_rows(ctx, rc.dtype, rc.elems, d_src.mem, d_src.off, rows_,
                                        sstride, d_idx.mem, d_idx.off, n_index, d_dst.mem,
                                        d_dst.off, dstride, 0, NULL, NULL),
                label);
-        assert_bytes_eq(db_fetch(ctx, &d_dst, label), want, d_dst.bytes, label);
+        tu_assert_bytes_eq(db_fetch(ctx, &d_dst, label), want, d_dst.bytes, label);
 
         /* scatter overwrite with distinct indices (and ZERO_REST every other dtype) */
-        int32_t *uidx = xmalloc((size_t)(2 * rows_ + 8) * 4);
+        int32_t *uidx = tu_xmalloc((size_t)(2 * rows_ + 8) * 4);
         int64_t n_u = random_unique_index(&r, rows_, uidx, 2 * rows_ + 8);
         unsigned flags = CLVARLEN_SCATTER_UNIQUE_INDICES | (c % 2 ? CLVARLEN_SCATTER_ZERO_REST : 0);
-        unsigned char *ssrc = xmalloc((size_t)(n_u ? n_u : 1) * dpitch);
+        unsigned char *ssrc = tu_xmalloc((size_t)(n_u ? n_u : 1) * dpitch);
         random_bytes(&r, ssrc, (size_t)n_u * dpitch);
         dbuf d_ssrc = db_make(ctx, (size_t)n_u * dpitch, off_dst, ssrc);
         dbuf d_uidx = db_make(ctx, (size_t)n_u * 4, 12, uidx);
         dbuf d_sdst = db_make(ctx, (size_t)rows_ * spitch, off_src, src);
-        unsigned char *want_s = xmalloc(d_sdst.bytes);
+        unsigned char *want_s = tu_xmalloc(d_sdst.bytes);
         memcpy(want_s, src, d_sdst.bytes);
         ref_scatter_overwrite(row_bytes, ssrc, dpitch, uidx, n_u, want_s, rows_, spitch,
                               (flags & CLVARLEN_SCATTER_ZERO_REST) != 0);
@@ -341,7 +339,7 @@ START_TEST(clm_gather_scatter)
                                         rows_, sstride, CLVARLEN_SCATTER_OVERWRITE, flags, 0,
                                         NULL, NULL),
                label);
-        assert_bytes_eq(db_fetch(ctx, &d_sdst, label), want_s, d_sdst.bytes, label);
+        tu_assert_bytes_eq(db_fetch(ctx, &d_sdst, label), want_s, d_sdst.bytes, label);
 
         db_free(&d_src);
         db_free(&d_idx);
@@ -371,7 +369,7 @@ START_TEST(clm_scatter_accumulate)
             const size_t es = clvarlen_dtype_size(dtype);
             const int64_t row_elems = variant == 2 ? 17 : 3;
             int64_t dst_rows = tu_int(&r, 1, 80);
-            int32_t *index = xmalloc((size_t)(2 * dst_rows + 400) * 4);
+            int32_t *index = tu_xmalloc((size_t)(2 * dst_rows + 400) * 4);
             int64_t n_index;
             if (variant == 2) {
                 n_index = random_unique_index(&r, dst_rows, index, 2 * dst_rows + 8);
@@ -390,11 +388,11 @@ START_TEST(clm_scatter_accumulate)
                      "cl accumulate %s x%" PRId64 " rows %" PRId64 " n %" PRId64 " flags %u seed %"
                      PRIu64, clvarlen_dtype_name(dtype), row_elems, dst_rows, n_index, flags, seed);
             const double scale = dtype == I32 ? 1000.0 : 1.0;
-            void *src = xmalloc((size_t)(n_index ? n_index : 1) * spitch);
+            void *src = tu_xmalloc((size_t)(n_index ? n_index : 1) * spitch);
             tu_fill_random(&r, src, dtype, (size_t)n_index * spitch / es, scale);
-            void *init = xmalloc((size_t)dst_rows * dpitch);
+            void *init = tu_xmalloc((size_t)dst_rows * dpitch);
             tu_fill_random(&r, init, dtype, (size_t)dst_rows * dpitch / es, scale);
-            double *want = xmalloc((size_t)(dst_rows * row_elems) * sizeof(double));
+            double *want = tu_xmalloc((size_t)(dst_rows * row_elems) * sizeof(double));
             ref_scatter_accumulate(dtype, row_elems, src, sstride, index, n_index, init, dst_rows,
                                    dstride, variant == 1, want);
             dbuf d_src = db_make(ctx, (size_t)n_index * spitch, 16, src);
@@ -431,7 +429,7 @@ START_TEST(clm_seqlens_expand)
         const int uniform = rep % 2 == 0, with_pages = rep != 4;
         int64_t n = rep == 1 ? 1200 : tu_int(&r, 1, 200);
         int32_t uq = (int32_t)tu_int(&r, 1, 6);
-        int32_t *kv = xmalloc((size_t)n * 4), *q = xmalloc((size_t)n * 4);
+        int32_t *kv = tu_xmalloc((size_t)n * 4), *q = tu_xmalloc((size_t)n * 4);
         for (int64_t s = 0; s < n; s++) {
             q[s] = (int32_t)tu_int(&r, 0, 7);
             kv[s] = (int32_t)(tu_int(&r, 0, 4) == 0 ? tu_int(&r, 0, 6) : tu_int(&r, 0, 3000));
@@ -444,7 +442,7 @@ START_TEST(clm_seqlens_expand)
             limit = rep == 6 ? 4096 : 36;
             ostride = limit + (rep == 7 ? 8 : 0);
         }
-        int32_t *pages = xmalloc((size_t)(n * pstride) * 4);
+        int32_t *pages = tu_xmalloc((size_t)(n * pstride) * 4);
         for (int64_t i = 0; i < n * pstride; i++)
             pages[i] = (int32_t)tu_int(&r, 0, 1 << 24);
         const int32_t *q_arg = uniform ? NULL : q;
@@ -459,8 +457,8 @@ START_TEST(clm_seqlens_expand)
         dbuf d_sl = db_make(ctx, (size_t)capacity * 4, 20, NULL);
         dbuf d_po = db_make(ctx, (size_t)(capacity * ostride) * 4, 0, NULL);
         dbuf d_total = db_make(ctx, 8, 24, NULL);
-        int32_t *want = xmalloc((size_t)(total + 1) * 4);
-        int32_t *want_po = xmalloc(d_po.bytes + 4);
+        int32_t *want = tu_xmalloc((size_t)(total + 1) * 4);
+        int32_t *want_po = tu_xmalloc(d_po.bytes + 4);
         memcpy(want_po, d_po.host + d_po.off, d_po.bytes);
         ref_seqlens_expand(kv, q_arg, uq, n, with_pages ? pages : NULL, cols, pstride, limit,
                            want, want_po, ostride);
@@ -476,8 +474,8 @@ START_TEST(clm_seqlens_expand)
         int64_t got_total;
         memcpy(&got_total, db_fetch(ctx, &d_total, label), 8);
         tu_check(got_total == total, "%s: total %" PRId64, label, got_total);
-        assert_i32_eq(db_fetch(ctx, &d_sl, label), want, total, label);
-        assert_bytes_eq(db_fetch(ctx, &d_po, label), want_po, (size_t)(total * ostride) * 4,
+        tu_assert_i32_eq(db_fetch(ctx, &d_sl, label), want, total, label);
+        tu_assert_bytes_eq(db_fetch(ctx, &d_po, label), want_po, (size_t)(total * ostride) * 4,
                         label);
         db_free(&d_kv);
         db_free(&d_q);
@@ -503,16 +501,16 @@ START_TEST(clm_cp)
         const rowcfg rc = world % 2 ? (rowcfg){F16, 3} : (rowcfg){U8, 12};
         const size_t row_bytes = (size_t)rc.elems * clvarlen_dtype_size(rc.dtype);
         int64_t n = tu_int(&r, 1, 40);
-        int32_t *lengths = xmalloc((size_t)n * 4);
+        int32_t *lengths = tu_xmalloc((size_t)n * 4);
         for (int64_t s = 0; s < n; s++)
             lengths[s] = (int32_t)(tu_int(&r, 0, 1) ? tu_int(&r, 0, 2 * world) : tu_int(&r, 0, 150));
-        int32_t *cu = xmalloc((size_t)(n + 1) * 4);
+        int32_t *cu = tu_xmalloc((size_t)(n + 1) * 4);
         tu_cu_from_lengths(lengths, n, cu);
         const int64_t total = cu[n];
         int64_t gstride = random_stride(&r, rc.elems), lstride = random_stride(&r, rc.elems);
         size_t gpitch = pitch_bytes(rc.dtype, rc.elems, gstride);
         size_t lpitch = pitch_bytes(rc.dtype, rc.elems, lstride);
-        unsigned char *global = xmalloc((size_t)total * gpitch + 1);
+        unsigned char *global = tu_xmalloc((size_t)total * gpitch + 1);
         random_bytes(&r, global, (size_t)total * gpitch);
         dbuf d_cu = db_make(ctx, (size_t)(n + 1) * 4, 12, cu);
         dbuf d_global = db_make(ctx, (size_t)total * gpitch, 16, global);
@@ -523,11 +521,11 @@ START_TEST(clm_cp)
                      " seed %" PRIu64, world, rank, n, total, seed);
             plan_bufs w;
             w.local = ref_cp_local_tokens(cu, n, world, rank);
-            w.local_cu = xmalloc((size_t)(n + 1) * 4);
-            w.head_cu = xmalloc((size_t)(n + 1) * 4);
-            w.tail_cu = xmalloc((size_t)(n + 1) * 4);
-            w.gidx = xmalloc((size_t)(w.local + 1) * 4);
-            w.pos = xmalloc((size_t)(w.local + 1) * 4);
+            w.local_cu = tu_xmalloc((size_t)(n + 1) * 4);
+            w.head_cu = tu_xmalloc((size_t)(n + 1) * 4);
+            w.tail_cu = tu_xmalloc((size_t)(n + 1) * 4);
+            w.gidx = tu_xmalloc((size_t)(w.local + 1) * 4);
+            w.pos = tu_xmalloc((size_t)(w.local + 1) * 4);
             ref_cp_plan(cu, n, world, rank, w.local_cu, w.head_cu, w.tail_cu, w.gidx, w.pos,
                         &w.max_head, &w.max_tail);
             dbuf d_lcu = db_make(ctx, (size_t)(n + 1) * 4, 4, NULL);
@@ -544,14 +542,14 @@ START_TEST(clm_cp)
             int64_t lt;
             memcpy(&lt, db_fetch(ctx, &d_lt, label), 8);
             tu_check(lt == w.local, "%s: local tokens %" PRId64, label, lt);
-            assert_i32_eq(db_fetch(ctx, &d_lcu, label), w.local_cu, n + 1, label);
-            assert_i32_eq(db_fetch(ctx, &d_hcu, label), w.head_cu, n + 1, label);
-            assert_i32_eq(db_fetch(ctx, &d_tcu, label), w.tail_cu, n + 1, label);
-            assert_i32_eq(db_fetch(ctx, &d_gi, label), w.gidx, w.local, label);
-            assert_i32_eq(db_fetch(ctx, &d_pos, label), w.pos, w.local, label);
+            tu_assert_i32_eq(db_fetch(ctx, &d_lcu, label), w.local_cu, n + 1, label);
+            tu_assert_i32_eq(db_fetch(ctx, &d_hcu, label), w.head_cu, n + 1, label);
+            tu_assert_i32_eq(db_fetch(ctx, &d_tcu, label), w.tail_cu, n + 1, label);
+            tu_assert_i32_eq(db_fetch(ctx, &d_gi, label), w.gidx, w.local, label);
+            tu_assert_i32_eq(db_fetch(ctx, &d_pos, label), w.pos, w.local, label);
 
             dbuf d_local = db_make(ctx, (size_t)w.local * lpitch, 32, NULL);
-            unsigned char *want = xmalloc(d_local.bytes + 1);
+            unsigned char *want = tu_xmalloc(d_local.bytes + 1);
             memcpy(want, d_local.host + d_local.off, d_local.bytes);
             ref_gather(row_bytes, global, gpitch, w.gidx, w.local, want, lpitch);
             cl_event ev = NULL;
@@ -571,7 +569,7 @@ START_TEST(clm_cp)
                    label);
             wait_release(&ev2, label);
             wait_release(&ev, label);
-            assert_bytes_eq(db_fetch(ctx, &d_local, label), want, d_local.bytes, label);
+            tu_assert_bytes_eq(db_fetch(ctx, &d_local, label), want, d_local.bytes, label);
             db_free(&d_local);
             db_free(&d_lcu);
             db_free(&d_hcu);
@@ -586,7 +584,7 @@ START_TEST(clm_cp)
         snprintf(label, sizeof label, "cl cp rebuild W %d seed %" PRIu64, world, seed);
         const unsigned char *got = db_fetch(ctx, &d_rebuilt, label);
         for (int64_t t = 0; t < total; t++)
-            assert_bytes_eq(got + (size_t)t * gpitch, global + (size_t)t * gpitch, row_bytes,
+            tu_assert_bytes_eq(got + (size_t)t * gpitch, global + (size_t)t * gpitch, row_bytes,
                             label);
         db_free(&d_cu);
         db_free(&d_global);
@@ -612,7 +610,7 @@ START_TEST(clm_gen_seq_lens_same_as_cpu)
         snprintf(label, sizeof label, "cl gen_seq_lens seed %" PRIu64 " world %d n %d total %"
                  PRId64, cases[i].seed, cases[i].world, cases[i].n, cases[i].total);
         size_t count = (size_t)cases[i].world * (size_t)cases[i].n;
-        int32_t *want = xmalloc(count * 4), *host = xmalloc(count * 4), *cpu_out = xmalloc(count * 4);
+        int32_t *want = tu_xmalloc(count * 4), *host = tu_xmalloc(count * 4), *cpu_out = tu_xmalloc(count * 4);
         ref_gen_seq_lens(cases[i].seed, cases[i].world, cases[i].n, cases[i].total, want);
         SEG_OK(clvarlen_gen_seq_lens(cpu, cases[i].seed, cases[i].world, cases[i].n,
                                      cases[i].total, cpu_out),
@@ -624,9 +622,9 @@ START_TEST(clm_gen_seq_lens_same_as_cpu)
         SEG_OK(clvarlen_cl_gen_seq_lens(ctx, cases[i].seed, cases[i].world, cases[i].n,
                                         cases[i].total, d.mem, d.off, 0, NULL, NULL),
                label);
-        assert_i32_eq(cpu_out, want, (int64_t)count, label);
-        assert_i32_eq(host, cpu_out, (int64_t)count, label);
-        assert_i32_eq(db_fetch(ctx, &d, label), cpu_out, (int64_t)count, label);
+        tu_assert_i32_eq(cpu_out, want, (int64_t)count, label);
+        tu_assert_i32_eq(host, cpu_out, (int64_t)count, label);
+        tu_assert_i32_eq(db_fetch(ctx, &d, label), cpu_out, (int64_t)count, label);
         db_free(&d);
         free(want);
         free(host);
@@ -681,7 +679,7 @@ END_TEST
 
 /* ------------------------------------------------------------ device checks */
 
-static clvarlen_context *seg_cl_context(int device_checks)
+clvarlen_context *seg_cl_context(int device_checks)
 {
     clvarlen_options *o = NULL;
     const char *spec = tu_cl_device_spec();
@@ -868,12 +866,12 @@ START_TEST(clm_device_checks)
            "maps after errors");
     int32_t want_sid[18], want_pos[18];
     ref_token_maps(good_cu, 3, NULL, want_sid, want_pos);
-    assert_i32_eq(db_fetch(ctx, &d_a, "maps after errors"), want_sid, 18, "seq_id after errors");
+    tu_assert_i32_eq(db_fetch(ctx, &d_a, "maps after errors"), want_sid, 18, "seq_id after errors");
     dbuf d_cu2 = db_make(ctx, 4 * 4, 0, NULL);
     dbuf d_len = db_make(ctx, sizeof lengths, 0, lengths);
     SEG_OK(clvarlen_cl_cu_seqlens_from_lengths(ctx, d_len.mem, 0, 3, d_cu2.mem, 0, 0, NULL, NULL),
            "cu after errors");
-    assert_i32_eq(db_fetch(ctx, &d_cu2, "cu after errors"), good_cu, 4, "cu after errors");
+    tu_assert_i32_eq(db_fetch(ctx, &d_cu2, "cu after errors"), good_cu, 4, "cu after errors");
 
     dbuf *all[] = {&d_good, &d_dec, &d_nz, &d_rows, &d_a, &d_b, &d_big, &d_neg, &d_bi, &d_li,
                    &d_lcu, &d_kv, &d_q, &d_sl, &d_total, &d_nq, &d_valid, &d_packed, &d_pcu,
@@ -963,13 +961,8 @@ START_TEST(clm_capacity_without_checks)
 }
 END_TEST
 
-int main(void)
+void seg_add_cl_cases(Suite *s)
 {
-    if (!tu_probe_opencl_device())
-        return TU_EXIT_SKIP;
-    Suite *s = suite_create(SEG_SUITE);
-    seg_add_host_cases(s);
-
     TCase *tc = tcase_create("cl-mem");
     tcase_add_checked_fixture(tc, seg_setup, seg_teardown);
     tcase_set_timeout(tc, SEG_TIMEOUT);
@@ -989,5 +982,4 @@ int main(void)
     tcase_set_timeout(tc, SEG_TIMEOUT);
     tcase_add_test(tc, clm_device_checks);
     suite_add_tcase(s, tc);
-    return tu_run_suite(s);
 }
