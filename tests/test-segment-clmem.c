@@ -712,108 +712,116 @@ static clvarlen_context *checked_context(void)
         tu_check(clvarlen_last_error(ctx)[0] != '\0', "%s: empty message", (label));           \
     } while (0)
 
-START_TEST(clm_device_checks)
-{
-    clvarlen_context *ctx = checked_context();
-    static const int32_t good_cu[4] = {0, 5, 12, 18}, decreasing[4] = {0, 12, 5, 18},
-                         not_zero[4] = {3, 5, 12, 18}, lengths[3] = {5, 7, 6};
-    float rows[18 * 3];
-    for (int i = 0; i < 54; i++)
-        rows[i] = (float)i;
-    dbuf d_good = db_make(ctx, sizeof good_cu, 4, good_cu);
-    dbuf d_dec = db_make(ctx, sizeof decreasing, 4, decreasing);
-    dbuf d_nz = db_make(ctx, sizeof not_zero, 4, not_zero);
-    dbuf d_rows = db_make(ctx, sizeof rows, 0, rows);
-    dbuf d_a = db_make(ctx, 18 * 4, 8, NULL);
-    dbuf d_b = db_make(ctx, 18 * 4, 8, NULL);
-    dbuf d_big = db_make(ctx, sizeof rows, 16, NULL);
+/* Buffers the device-check cases share: cu_seqlens good, decreasing and not starting at 0,
+ * 18 rows of 3 floats, two int32 outputs and a large row output. */
+typedef struct devchk_bufs {
+    dbuf good, dec, nz, rows, a, b, big;
+} devchk_bufs;
 
+static const int32_t devchk_good_cu[4] = {0, 5, 12, 18};
+
+static void devchk_maps_lengths(clvarlen_context *ctx, devchk_bufs *d)
+{
     /* token maps: decreasing, not starting at 0, not ending at the total */
-    EXPECT_DEVICE_ERROR(ctx, clvarlen_cl_token_maps(ctx, d_dec.mem, d_dec.off, 3, 18, NULL, 0,
-                                                    d_a.mem, d_a.off, d_b.mem, d_b.off, 0, NULL,
-                                                    NULL),
+    EXPECT_DEVICE_ERROR(ctx, clvarlen_cl_token_maps(ctx, d->dec.mem, d->dec.off, 3, 18, NULL, 0,
+                                                    d->a.mem, d->a.off, d->b.mem, d->b.off, 0,
+                                                    NULL, NULL),
                         CLVARLEN_ERROR_INVALID_CU_SEQLENS, "maps decreasing");
-    db_untouched(ctx, &d_a, "maps decreasing seq_id");
-    db_untouched(ctx, &d_b, "maps decreasing pos");
-    EXPECT_DEVICE_ERROR(ctx, clvarlen_cl_token_maps(ctx, d_nz.mem, d_nz.off, 3, 18, NULL, 0,
-                                                    d_a.mem, d_a.off, d_b.mem, d_b.off, 0, NULL,
-                                                    NULL),
+    db_untouched(ctx, &d->a, "maps decreasing seq_id");
+    db_untouched(ctx, &d->b, "maps decreasing pos");
+    EXPECT_DEVICE_ERROR(ctx, clvarlen_cl_token_maps(ctx, d->nz.mem, d->nz.off, 3, 18, NULL, 0,
+                                                    d->a.mem, d->a.off, d->b.mem, d->b.off, 0,
+                                                    NULL, NULL),
                         CLVARLEN_ERROR_INVALID_CU_SEQLENS, "maps cu[0] != 0");
-    db_untouched(ctx, &d_a, "maps cu[0] seq_id");
-    EXPECT_DEVICE_ERROR(ctx, clvarlen_cl_token_maps(ctx, d_good.mem, d_good.off, 3, 17, NULL, 0,
-                                                    d_a.mem, d_a.off, d_b.mem, d_b.off, 0, NULL,
-                                                    NULL),
+    db_untouched(ctx, &d->a, "maps cu[0] seq_id");
+    EXPECT_DEVICE_ERROR(ctx, clvarlen_cl_token_maps(ctx, d->good.mem, d->good.off, 3, 17, NULL, 0,
+                                                    d->a.mem, d->a.off, d->b.mem, d->b.off, 0,
+                                                    NULL, NULL),
                         CLVARLEN_ERROR_INVALID_CU_SEQLENS, "maps total 17");
-    db_untouched(ctx, &d_a, "maps total seq_id");
-    db_untouched(ctx, &d_b, "maps total pos");
+    db_untouched(ctx, &d->a, "maps total seq_id");
+    db_untouched(ctx, &d->b, "maps total pos");
     /* lengths from a bad cu */
-    EXPECT_DEVICE_ERROR(ctx, clvarlen_cl_lengths_from_cu_seqlens(ctx, d_dec.mem, d_dec.off, 3,
-                                                                 d_a.mem, d_a.off, 0, NULL, NULL),
+    EXPECT_DEVICE_ERROR(ctx, clvarlen_cl_lengths_from_cu_seqlens(ctx, d->dec.mem, d->dec.off, 3,
+                                                                 d->a.mem, d->a.off, 0, NULL, NULL),
                         CLVARLEN_ERROR_INVALID_CU_SEQLENS, "lengths decreasing");
-    db_untouched(ctx, &d_a, "lengths decreasing");
+    db_untouched(ctx, &d->a, "lengths decreasing");
     /* negative lengths */
     static const int32_t neg_lengths[3] = {5, -7, 6};
     dbuf d_neg = db_make(ctx, sizeof neg_lengths, 0, neg_lengths);
-    clvarlen_status st = clvarlen_cl_cu_seqlens_from_lengths(ctx, d_neg.mem, 0, 3, d_a.mem,
-                                                             d_a.off, 0, NULL, NULL);
+    clvarlen_status st = clvarlen_cl_cu_seqlens_from_lengths(ctx, d_neg.mem, 0, 3, d->a.mem,
+                                                             d->a.off, 0, NULL, NULL);
     tu_check(st != CLVARLEN_SUCCESS, "negative device length accepted with checks on");
-    db_untouched(ctx, &d_a, "negative lengths");
+    db_untouched(ctx, &d->a, "negative lengths");
+    db_free(&d_neg);
+}
 
+static void devchk_gather_scatter(clvarlen_context *ctx, devchk_bufs *d)
+{
     /* gather / scatter with an index out of range */
     static const int32_t bad_index[4] = {0, 17, 18, 2}, low_index[2] = {-2, 1};
     dbuf d_bi = db_make(ctx, sizeof bad_index, 4, bad_index);
     dbuf d_li = db_make(ctx, sizeof low_index, 4, low_index);
-    EXPECT_DEVICE_ERROR(ctx, clvarlen_cl_gather_rows(ctx, F32, 3, d_rows.mem, 0, 18, 0, d_bi.mem,
-                                                     d_bi.off, 4, d_big.mem, d_big.off, 0, 0,
+    EXPECT_DEVICE_ERROR(ctx, clvarlen_cl_gather_rows(ctx, F32, 3, d->rows.mem, 0, 18, 0, d_bi.mem,
+                                                     d_bi.off, 4, d->big.mem, d->big.off, 0, 0,
                                                      NULL, NULL),
                         CLVARLEN_ERROR_INDEX_OUT_OF_RANGE, "gather index 18");
-    db_untouched(ctx, &d_big, "gather index 18");
-    EXPECT_DEVICE_ERROR(ctx, clvarlen_cl_gather_rows(ctx, F32, 3, d_rows.mem, 0, 18, 0, d_li.mem,
-                                                     d_li.off, 2, d_big.mem, d_big.off, 0, 0,
+    db_untouched(ctx, &d->big, "gather index 18");
+    EXPECT_DEVICE_ERROR(ctx, clvarlen_cl_gather_rows(ctx, F32, 3, d->rows.mem, 0, 18, 0, d_li.mem,
+                                                     d_li.off, 2, d->big.mem, d->big.off, 0, 0,
                                                      NULL, NULL),
                         CLVARLEN_ERROR_INDEX_OUT_OF_RANGE, "gather index -2");
-    db_untouched(ctx, &d_big, "gather index -2");
+    db_untouched(ctx, &d->big, "gather index -2");
     for (int zero_rest = 0; zero_rest < 2; zero_rest++) {
         for (int mode = 0; mode < 2; mode++) {
             char label[80];
             snprintf(label, sizeof label, "scatter index 18 mode %d zero_rest %d", mode,
                      zero_rest);
             EXPECT_DEVICE_ERROR(ctx, clvarlen_cl_scatter_rows(
-                                         ctx, F32, 3, d_rows.mem, 0, 0, d_bi.mem, d_bi.off, 4,
-                                         d_big.mem, d_big.off, 18, 0,
+                                         ctx, F32, 3, d->rows.mem, 0, 0, d_bi.mem, d_bi.off, 4,
+                                         d->big.mem, d->big.off, 18, 0,
                                          (clvarlen_scatter_mode)mode,
                                          zero_rest ? CLVARLEN_SCATTER_ZERO_REST : 0u, 0, NULL,
                                          NULL),
                                 CLVARLEN_ERROR_INDEX_OUT_OF_RANGE, label);
-            db_untouched(ctx, &d_big, label);
+            db_untouched(ctx, &d->big, label);
         }
     }
+    dbuf *mine[] = {&d_bi, &d_li};
+    for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
+        db_free(mine[i]);
+}
 
+static void devchk_cp(clvarlen_context *ctx, devchk_bufs *d)
+{
     /* CP with a bad cu */
     dbuf d_lcu = db_make(ctx, 4 * 4, 0, NULL);
-    EXPECT_DEVICE_ERROR(ctx, clvarlen_cl_cp_plan(ctx, d_dec.mem, d_dec.off, 3, 2, 1, d_lcu.mem,
-                                                 d_lcu.off, NULL, 0, NULL, 0, 18, d_a.mem,
-                                                 d_a.off, NULL, 0, NULL, 0, 0, NULL, NULL),
+    EXPECT_DEVICE_ERROR(ctx, clvarlen_cl_cp_plan(ctx, d->dec.mem, d->dec.off, 3, 2, 1, d_lcu.mem,
+                                                 d_lcu.off, NULL, 0, NULL, 0, 18, d->a.mem,
+                                                 d->a.off, NULL, 0, NULL, 0, 0, NULL, NULL),
                         CLVARLEN_ERROR_INVALID_CU_SEQLENS, "cp_plan decreasing");
     db_untouched(ctx, &d_lcu, "cp_plan local cu");
-    db_untouched(ctx, &d_a, "cp_plan global index");
-    EXPECT_DEVICE_ERROR(ctx, clvarlen_cl_cp_gather(ctx, F32, 3, d_rows.mem, 0, 0, 18, d_dec.mem,
-                                                   d_dec.off, 3, 2, 0, d_big.mem, d_big.off, 0,
+    db_untouched(ctx, &d->a, "cp_plan global index");
+    EXPECT_DEVICE_ERROR(ctx, clvarlen_cl_cp_gather(ctx, F32, 3, d->rows.mem, 0, 0, 18, d->dec.mem,
+                                                   d->dec.off, 3, 2, 0, d->big.mem, d->big.off, 0,
                                                    18, 0, NULL, NULL),
                         CLVARLEN_ERROR_INVALID_CU_SEQLENS, "cp_gather decreasing");
-    db_untouched(ctx, &d_big, "cp_gather");
-    EXPECT_DEVICE_ERROR(ctx, clvarlen_cl_cp_scatter(ctx, F32, 3, d_rows.mem, 0, 0, 18, d_nz.mem,
-                                                    d_nz.off, 3, 2, 0, d_big.mem, d_big.off, 0,
+    db_untouched(ctx, &d->big, "cp_gather");
+    EXPECT_DEVICE_ERROR(ctx, clvarlen_cl_cp_scatter(ctx, F32, 3, d->rows.mem, 0, 0, 18, d->nz.mem,
+                                                    d->nz.off, 3, 2, 0, d->big.mem, d->big.off, 0,
                                                     18, CLVARLEN_SCATTER_OVERWRITE,
                                                     CLVARLEN_SCATTER_ZERO_REST, 0, NULL, NULL),
                         CLVARLEN_ERROR_INVALID_CU_SEQLENS, "cp_scatter cu[0] != 0");
-    db_untouched(ctx, &d_big, "cp_scatter");
-    EXPECT_DEVICE_ERROR(ctx, clvarlen_cl_cp_gather(ctx, F32, 3, d_rows.mem, 0, 0, 17, d_good.mem,
-                                                   d_good.off, 3, 2, 0, d_big.mem, d_big.off, 0,
+    db_untouched(ctx, &d->big, "cp_scatter");
+    EXPECT_DEVICE_ERROR(ctx, clvarlen_cl_cp_gather(ctx, F32, 3, d->rows.mem, 0, 0, 17, d->good.mem,
+                                                   d->good.off, 3, 2, 0, d->big.mem, d->big.off, 0,
                                                    18, 0, NULL, NULL),
                         CLVARLEN_ERROR_INVALID_CU_SEQLENS, "cp_gather total 17");
-    db_untouched(ctx, &d_big, "cp_gather total");
+    db_untouched(ctx, &d->big, "cp_gather total");
+    db_free(&d_lcu);
+}
 
+static void devchk_capacity(clvarlen_context *ctx, devchk_bufs *d)
+{
     /* capacity: seqlens_expand and pack */
     static const int32_t kv[2] = {9, 4}, q[2] = {3, 4};
     dbuf d_kv = db_make(ctx, sizeof kv, 0, kv);
@@ -828,8 +836,9 @@ START_TEST(clm_device_checks)
     db_untouched(ctx, &d_sl, "seqlens_expand capacity");
     static const int32_t neg_q[2] = {3, -1};
     dbuf d_nq = db_make(ctx, sizeof neg_q, 0, neg_q);
-    st = clvarlen_cl_seqlens_expand(ctx, d_kv.mem, 0, d_nq.mem, 0, 0, 2, NULL, 0, 0, 0, 0, 6,
-                                    d_sl.mem, d_sl.off, NULL, 0, 0, NULL, 0, 0, NULL, NULL);
+    clvarlen_status st = clvarlen_cl_seqlens_expand(ctx, d_kv.mem, 0, d_nq.mem, 0, 0, 2, NULL, 0,
+                                                    0, 0, 0, 6, d_sl.mem, d_sl.off, NULL, 0, 0,
+                                                    NULL, 0, 0, NULL, NULL);
     tu_check(st != CLVARLEN_SUCCESS, "negative device q_len accepted with checks on");
     db_untouched(ctx, &d_sl, "seqlens_expand negative q");
 
@@ -837,7 +846,7 @@ START_TEST(clm_device_checks)
     dbuf d_valid = db_make(ctx, sizeof valid, 0, valid);
     dbuf d_packed = db_make(ctx, 11 * 3 * 4, 16, NULL);
     dbuf d_pcu = db_make(ctx, 4 * 4, 4, NULL);
-    EXPECT_DEVICE_ERROR(ctx, clvarlen_cl_pack(ctx, F32, 3, d_rows.mem, 0, 0, 3, 6, d_valid.mem, 0,
+    EXPECT_DEVICE_ERROR(ctx, clvarlen_cl_pack(ctx, F32, 3, d->rows.mem, 0, 0, 3, 6, d_valid.mem, 0,
                                               NULL, 0, 11, d_packed.mem, d_packed.off, d_pcu.mem,
                                               d_pcu.off, NULL, 0, d_total.mem, d_total.off, 0,
                                               NULL, NULL),
@@ -845,7 +854,7 @@ START_TEST(clm_device_checks)
     db_untouched(ctx, &d_packed, "pack capacity");
     static const int32_t too_long[3] = {4, 7, 4};
     dbuf d_tl = db_make(ctx, sizeof too_long, 0, too_long);
-    st = clvarlen_cl_pack(ctx, F32, 3, d_rows.mem, 0, 0, 3, 6, d_tl.mem, 0, NULL, 0, 18,
+    st = clvarlen_cl_pack(ctx, F32, 3, d->rows.mem, 0, 0, 3, 6, d_tl.mem, 0, NULL, 0, 18,
                           d_packed.mem, d_packed.off, d_pcu.mem, d_pcu.off, NULL, 0, d_total.mem,
                           d_total.off, 0, NULL, NULL);
     tu_check(st != CLVARLEN_SUCCESS, "valid_lens > max_seqlen accepted with checks on");
@@ -854,28 +863,61 @@ START_TEST(clm_device_checks)
     /* unpack with src_index out of range */
     static const int64_t bad_src[2] = {0, 18};
     dbuf d_bs = db_make(ctx, sizeof bad_src, 8, bad_src);
-    EXPECT_DEVICE_ERROR(ctx, clvarlen_cl_unpack(ctx, F32, 3, d_rows.mem, 0, 0, 2, d_bs.mem,
-                                                d_bs.off, 3, 6, NULL, d_big.mem, d_big.off, 0, 0,
+    EXPECT_DEVICE_ERROR(ctx, clvarlen_cl_unpack(ctx, F32, 3, d->rows.mem, 0, 0, 2, d_bs.mem,
+                                                d_bs.off, 3, 6, NULL, d->big.mem, d->big.off, 0, 0,
                                                 NULL, NULL),
                         CLVARLEN_ERROR_INDEX_OUT_OF_RANGE, "unpack src_index 18");
-    db_untouched(ctx, &d_big, "unpack");
+    db_untouched(ctx, &d->big, "unpack");
+    dbuf *mine[] = {&d_kv, &d_q, &d_sl, &d_total, &d_nq, &d_valid, &d_packed, &d_pcu, &d_tl, &d_bs};
+    for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
+        db_free(mine[i]);
+}
 
+static void devchk_still_works(clvarlen_context *ctx, devchk_bufs *d)
+{
+    static const int32_t lengths[3] = {5, 7, 6};
     /* The context still works after the errors: the flag was reset. */
-    SEG_OK(clvarlen_cl_token_maps(ctx, d_good.mem, d_good.off, 3, 18, NULL, 0, d_a.mem, d_a.off,
-                                  d_b.mem, d_b.off, 0, NULL, NULL),
+    SEG_OK(clvarlen_cl_token_maps(ctx, d->good.mem, d->good.off, 3, 18, NULL, 0, d->a.mem, d->a.off,
+                                  d->b.mem, d->b.off, 0, NULL, NULL),
            "maps after errors");
     int32_t want_sid[18], want_pos[18];
-    ref_token_maps(good_cu, 3, NULL, want_sid, want_pos);
-    tu_assert_i32_eq(db_fetch(ctx, &d_a, "maps after errors"), want_sid, 18, "seq_id after errors");
+    ref_token_maps(devchk_good_cu, 3, NULL, want_sid, want_pos);
+    tu_assert_i32_eq(db_fetch(ctx, &d->a, "maps after errors"), want_sid, 18,
+                     "seq_id after errors");
     dbuf d_cu2 = db_make(ctx, 4 * 4, 0, NULL);
     dbuf d_len = db_make(ctx, sizeof lengths, 0, lengths);
     SEG_OK(clvarlen_cl_cu_seqlens_from_lengths(ctx, d_len.mem, 0, 3, d_cu2.mem, 0, 0, NULL, NULL),
            "cu after errors");
-    tu_assert_i32_eq(db_fetch(ctx, &d_cu2, "cu after errors"), good_cu, 4, "cu after errors");
+    tu_assert_i32_eq(db_fetch(ctx, &d_cu2, "cu after errors"), devchk_good_cu, 4,
+                     "cu after errors");
+    dbuf *mine[] = {&d_cu2, &d_len};
+    for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
+        db_free(mine[i]);
+}
 
-    dbuf *all[] = {&d_good, &d_dec, &d_nz, &d_rows, &d_a, &d_b, &d_big, &d_neg, &d_bi, &d_li,
-                   &d_lcu, &d_kv, &d_q, &d_sl, &d_total, &d_nq, &d_valid, &d_packed, &d_pcu,
-                   &d_tl, &d_bs, &d_cu2, &d_len};
+START_TEST(clm_device_checks)
+{
+    clvarlen_context *ctx = checked_context();
+    static const int32_t decreasing[4] = {0, 12, 5, 18}, not_zero[4] = {3, 5, 12, 18};
+    float rows[18 * 3];
+    for (int i = 0; i < 54; i++)
+        rows[i] = (float)i;
+    devchk_bufs d;
+    d.good = db_make(ctx, sizeof devchk_good_cu, 4, devchk_good_cu);
+    d.dec = db_make(ctx, sizeof decreasing, 4, decreasing);
+    d.nz = db_make(ctx, sizeof not_zero, 4, not_zero);
+    d.rows = db_make(ctx, sizeof rows, 0, rows);
+    d.a = db_make(ctx, 18 * 4, 8, NULL);
+    d.b = db_make(ctx, 18 * 4, 8, NULL);
+    d.big = db_make(ctx, sizeof rows, 16, NULL);
+
+    devchk_maps_lengths(ctx, &d);
+    devchk_gather_scatter(ctx, &d);
+    devchk_cp(ctx, &d);
+    devchk_capacity(ctx, &d);
+    devchk_still_works(ctx, &d);
+
+    dbuf *all[] = {&d.good, &d.dec, &d.nz, &d.rows, &d.a, &d.b, &d.big};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         db_free(all[i]);
     clvarlen_context_destroy(ctx);
