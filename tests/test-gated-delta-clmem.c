@@ -103,7 +103,8 @@ START_TEST(auto_per_sequence)
     ck_assert(pool && o);
     memcpy(pool, (const float *)c.pool_init + head, (size_t)head * sizeof(float));
     clvarlen_status st = clvarlen_gated_delta_rule(
-        gdn_ctx, &p, c.A_log, c.dt_bias, (const float *)c.a + bos * HV, (const float *)c.b + bos * HV,
+        gdn_ctx, &p, c.A_log, c.dt_bias, (const float *)c.a + bos * HV,
+        (const float *)c.b + bos * HV,
         (const float *)c.q + bos * hk, (const float *)c.k + bos * hk,
         (const float *)c.v + bos * HV * V, NULL, pool, NULL, NULL, NULL, o);
     ck_assert_msg(st == CLVARLEN_SUCCESS, "%s", clvarlen_last_error(gdn_ctx));

@@ -158,6 +158,37 @@ START_TEST(seg_cp_two_rank_quarters)
 }
 END_TEST
 
+/* cp_scatter ACCUMULATE of rank's rows (local, refilled with finite values) into a
+ * global buffer of old data, against the float64 oracle. */
+static void cp_accumulate_case(clvarlen_context *ctx, tu_rng *r, rowcfg rc, const int32_t *cu,
+                               int64_t n, int32_t world, int32_t rank, const plan_bufs *b,
+                               tu_guarded *local, int64_t lstride, int64_t total, int64_t gstride,
+                               const char *label)
+{
+    const size_t row_bytes = (size_t)rc.elems * clvarlen_dtype_size(rc.dtype);
+    const size_t gpitch = pitch_bytes(rc.dtype, rc.elems, gstride);
+    const size_t es = clvarlen_dtype_size(rc.dtype);
+    tu_guarded acc = tu_guarded_alloc((size_t)total * gpitch, 0);
+    tu_fill_random(r, acc.p, rc.dtype, acc.bytes / es, 1.0);
+    /* gathered bits may be NaN: accumulate finite values instead */
+    tu_fill_random(r, local->p, rc.dtype, local->bytes / es, 1.0);
+    unsigned char *init = tu_xmalloc(acc.bytes ? acc.bytes : 1);
+    memcpy(init, acc.p, acc.bytes);
+    double *want_acc = tu_xmalloc((size_t)(total * rc.elems + 1) * sizeof(double));
+    ref_scatter_accumulate(rc.dtype, rc.elems, local->p, lstride, b->gidx, b->local,
+                           init, total, gstride, 0, want_acc);
+    SEG_OK(clvarlen_cp_scatter(ctx, rc.dtype, rc.elems, local->p, lstride, cu, n,
+                               world, rank, acc.p, gstride,
+                               CLVARLEN_SCATTER_ACCUMULATE, 0),
+           label);
+    check_accumulated(acc.p, rc.dtype, total, rc.elems, gstride, want_acc, label);
+    assert_gaps_kept(acc.p, init, total, row_bytes, gpitch, label);
+    tu_assert_guard(&acc, label);
+    tu_guarded_free(&acc);
+    free(want_acc);
+    free(init);
+}
+
 START_TEST(seg_cp_roundtrip)
 {
     /* W = 1..8, odd lengths and L < 2W: plan, gather, scatter per rank against the oracle,
@@ -234,28 +265,9 @@ START_TEST(seg_cp_roundtrip)
                    label);
 
             /* accumulate into old data (float rows only) */
-            if (rc.dtype == F32 || rc.dtype == BF16 || rc.dtype == F16) {
-                const size_t es = clvarlen_dtype_size(rc.dtype);
-                tu_guarded acc = tu_guarded_alloc((size_t)total * gpitch, 0);
-                tu_fill_random(&r, acc.p, rc.dtype, acc.bytes / es, 1.0);
-                /* gathered bits may be NaN: accumulate finite values instead */
-                tu_fill_random(&r, local.p, rc.dtype, local.bytes / es, 1.0);
-                unsigned char *init = tu_xmalloc(acc.bytes ? acc.bytes : 1);
-                memcpy(init, acc.p, acc.bytes);
-                double *want_acc = tu_xmalloc((size_t)(total * rc.elems + 1) * sizeof(double));
-                ref_scatter_accumulate(rc.dtype, rc.elems, local.p, lstride, b.gidx, b.local,
-                                       init, total, gstride, 0, want_acc);
-                SEG_OK(clvarlen_cp_scatter(ctx, rc.dtype, rc.elems, local.p, lstride, cu, n,
-                                           world, rank, acc.p, gstride,
-                                           CLVARLEN_SCATTER_ACCUMULATE, 0),
-                       label);
-                check_accumulated(acc.p, rc.dtype, total, rc.elems, gstride, want_acc, label);
-                assert_gaps_kept(acc.p, init, total, row_bytes, gpitch, label);
-                tu_assert_guard(&acc, label);
-                tu_guarded_free(&acc);
-                free(want_acc);
-                free(init);
-            }
+            if (rc.dtype == F32 || rc.dtype == BF16 || rc.dtype == F16)
+                cp_accumulate_case(ctx, &r, rc, cu, n, world, rank, &b, &local, lstride, total,
+                                   gstride, label);
             tu_guarded_free(&back);
             tu_guarded_free(&local);
             free(want_back);
@@ -268,10 +280,10 @@ START_TEST(seg_cp_roundtrip)
                  local_sum, total);
         for (int64_t t = 0; t < total; t++) {
             tu_assert_bytes_eq((unsigned char *)rebuilt.p + (size_t)t * gpitch,
-                            global + (size_t)t * gpitch, row_bytes, label);
+                               global + (size_t)t * gpitch, row_bytes, label);
             tu_assert_bytes_eq((unsigned char *)rebuilt.p + (size_t)t * gpitch + row_bytes,
-                            rebuilt_init + (size_t)t * gpitch + row_bytes, gpitch - row_bytes,
-                            label);
+                               rebuilt_init + (size_t)t * gpitch + row_bytes, gpitch - row_bytes,
+                               label);
         }
         tu_assert_guard(&rebuilt, label);
         tu_guarded_free(&rebuilt);
