@@ -1,7 +1,9 @@
-/* The test kit: what the test binaries and clvarlen-test share. Deterministic
- * random data, the one f16/bf16 conversion of the tests and tools (written from
- * the IEEE formats, independent of lib/), random varlen batch lengths, guard
- * bands around outputs, and comparisons with SPEC section 4's tolerances.
+/* The test kit: what the test binaries share, and what clvarlen-test can link
+ * in place of its own helpers (tools/clvarlen-test.h's ct_rng_*, ct_fill/get/set,
+ * ct_random_lengths, ct_rel_err, ct_max_abs_err, ct_tolerance). Deterministic
+ * random data, the one f16/bf16 conversion (written from the IEEE formats,
+ * independent of lib/), random varlen batch lengths, guard bands around
+ * outputs, and comparisons with SPEC section 4's tolerances.
  *
  * This part does not depend on Check, so an installed tool can link it; the
  * Check-dependent helpers (assertions, fixtures, the device probe, the suite
@@ -37,7 +39,9 @@ void tu_set(void *p, clvarlen_dtype dtype, size_t i, double x);
 
 /**
  * Random varlen batch lengths: mixes empty sequences, length 1, lengths not a
- * multiple of any tile, and a few long ones; total at most max_total.
+ * multiple of any tile, and a few long ones; total at most max_total. Between
+ * (max_n + 1) / 2 and max_n sequences, so a large max_n gives many sequences.
+ * (Document-length batches that sum to a total: clvarlen_gen_seq_lens.)
  * Returns the number of sequences written (<= max_n) and their lengths.
  */
 int64_t tu_random_lengths(tu_rng *r, int64_t max_n, int64_t max_len, int64_t max_total,
