@@ -196,7 +196,8 @@ typedef struct acc {
 static void acc_add(acc *a, double out, double ref, int *nonfinite)
 {
     if (!isfinite(out)) {
-        if (isfinite(ref))
+        /* as tu_compare: a NaN never passes, not even against a NaN */
+        if (isfinite(ref) || isnan(out))
             (*nonfinite)++;
         return;
     }
