@@ -7,7 +7,7 @@
  * message; a directory with good copies is used. The program cache is off
  * here, so every context reads the sources.
  */
-#include "test-util.h"
+#include "kit-check.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,7 +5,7 @@
  * the library logs lines containing "cache hit", "cache miss", "cache write"
  * and "cache corrupt".
  */
-#include "test-util.h"
+#include "kit-check.h"
 
 #include <dirent.h>
 #include <inttypes.h>

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "test-util.h"
+#include "kit.h"
 
 void attention_ref_forward(const clvarlen_attention_params *p, const void *q, const void *k,
                            const void *v, const int32_t *cu_q, const int32_t *cu_k,

@@ -1,24 +1,19 @@
 /* Varlen attention forward and merge against the float64 oracle
- * (tests/ref/attention-ref.c). This file is the CPU-fallback suite; the
- * OpenCL suite (test-attention-cl.c) includes it with ATTN_TEST_OPENCL set
- * and runs the same cases on the OpenCL device, plus the cl_mem entry
- * points, device checks and the tensor-core kernel's emulated form.
+ * (tests/ref/attention-ref.c), built once per backend (tests/meson.build):
+ * test-attention-cpu runs the cases on the CPU fallback, test-attention-cl on
+ * the OpenCL device, plus the cl_mem entry points, device checks and the
+ * tensor-core kernel's emulated form of test-attention-clmem.c.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "attention-ref.h"
-#include "test-util.h"
-
-#ifndef ATTN_TEST_OPENCL
-#define ATTN_TEST_OPENCL 0
-#endif
+#include "test-attention.h"
 
 static clvarlen_context *make_ctx(void)
 {
-#if ATTN_TEST_OPENCL
+#if TEST_BACKEND_CL
     return tu_cl_context();
 #else
     return tu_cpu_context();
@@ -27,21 +22,7 @@ static clvarlen_context *make_ctx(void)
 
 /* ------------------------------------------------------------ a random case */
 
-typedef struct acase {
-    clvarlen_dtype dtype;
-    int hq, hk, d, dv;
-    int causal, wl, wr;
-    float softcap, scale;
-    int use_qpos;     /* random q_pos (context-parallel shape) */
-    int lq_ne_lk;     /* independent query and key lengths */
-    int q_pad, k_pad, v_pad, o_pad; /* extra elements per token row (strides) */
-    int max_n, max_len, max_total;
-    int min_len;      /* lengths raised to at least this (long-sequence tiles) */
-    int no_lse;
-    uint64_t seed;
-} acase;
-
-static acase base_case(void)
+acase base_case(void)
 {
     acase c;
     memset(&c, 0, sizeof c);
@@ -59,14 +40,7 @@ static acase base_case(void)
     return c;
 }
 
-typedef struct batch {
-    int64_t n, tq, tk;
-    int32_t *cu_q, *cu_k, *q_pos;
-    void *q, *k, *v;
-    int64_t qs, ks, vs, os; /* strides in elements */
-} batch;
-
-static void make_batch(const acase *c, tu_rng *r, batch *b)
+void make_batch(const acase *c, tu_rng *r, batch *b)
 {
     int32_t lq[64], lk[64];
     b->n = tu_random_lengths(r, c->max_n, c->max_len, c->max_total, lk);
@@ -105,7 +79,7 @@ static void make_batch(const acase *c, tu_rng *r, batch *b)
     }
 }
 
-static void free_batch(batch *b)
+void free_batch(batch *b)
 {
     free(b->cu_q);
     free(b->cu_k);
@@ -115,7 +89,7 @@ static void free_batch(batch *b)
     free(b->v);
 }
 
-static void fill_params(const acase *c, const batch *b, clvarlen_attention_params *p)
+void fill_params(const acase *c, const batch *b, clvarlen_attention_params *p)
 {
     clvarlen_attention_params_init(p);
     p->dtype = c->dtype;
@@ -137,7 +111,7 @@ static void fill_params(const acase *c, const batch *b, clvarlen_attention_param
     p->softcap = c->softcap;
 }
 
-static double lse_tolerance(clvarlen_dtype dt)
+double lse_tolerance(clvarlen_dtype dt)
 {
     return dt == CLVARLEN_DTYPE_F32 ? 1e-5 : 1e-4;
 }
@@ -200,7 +174,7 @@ static void run_case(clvarlen_context *ctx, const acase *c, const char *label)
 }
 
 /* Several seeds of one case. */
-static void run_seeds(clvarlen_context *ctx, acase c, int seeds, const char *label)
+void run_seeds(clvarlen_context *ctx, acase c, int seeds, const char *label)
 {
     char what[96];
     for (int i = 0; i < seeds; i++) {
@@ -274,7 +248,7 @@ START_TEST(test_head_dims)
     c.dv = 32;
     c.causal = 0;
     run_seeds(ctx, c, 1, "d64 dv32");
-#if !ATTN_TEST_OPENCL
+#if !TEST_BACKEND_CL
     c.d = c.dv = 256;
     run_seeds(ctx, c, 1, "d256");
     c.d = c.dv = 32;
@@ -818,15 +792,11 @@ START_TEST(test_context_parallel)
 }
 END_TEST
 
-#if ATTN_TEST_OPENCL
-static void add_cl_cases(Suite *s); /* test-attention-cl.c */
-#endif
-
 static Suite *attention_suite(void)
 {
-    Suite *s = suite_create(ATTN_TEST_OPENCL ? "attention-cl" : "attention-cpu");
+    Suite *s = suite_create(TEST_BACKEND_CL ? "attention-cl" : "attention-cpu");
     TCase *tc = tcase_create("forward");
-    tcase_set_timeout(tc, ATTN_TEST_OPENCL ? 600 : 120);
+    tcase_set_timeout(tc, TEST_BACKEND_CL ? 600 : 120);
     tcase_add_test(tc, test_basic);
     tcase_add_test(tc, test_lq_ne_lk);
     tcase_add_test(tc, test_gqa_mqa);
@@ -838,23 +808,23 @@ static Suite *attention_suite(void)
     tcase_add_test(tc, test_errors);
     suite_add_tcase(s, tc);
     tc = tcase_create("merge");
-    tcase_set_timeout(tc, ATTN_TEST_OPENCL ? 600 : 120);
+    tcase_set_timeout(tc, TEST_BACKEND_CL ? 600 : 120);
     tcase_add_test(tc, test_split_merge);
     tcase_add_test(tc, test_merge_special);
     suite_add_tcase(s, tc);
     tc = tcase_create("context-parallel");
-    tcase_set_timeout(tc, ATTN_TEST_OPENCL ? 600 : 120);
+    tcase_set_timeout(tc, TEST_BACKEND_CL ? 600 : 120);
     tcase_add_test(tc, test_context_parallel);
     suite_add_tcase(s, tc);
-#if ATTN_TEST_OPENCL
-    add_cl_cases(s);
+#if TEST_BACKEND_CL
+    attn_add_cl_cases(s);
 #endif
     return s;
 }
 
 int main(void)
 {
-#if ATTN_TEST_OPENCL
+#if TEST_BACKEND_CL
     if (!tu_probe_opencl_device())
         return TU_EXIT_SKIP;
 #endif

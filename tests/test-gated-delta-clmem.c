@@ -1,13 +1,11 @@
-/* The gated delta rule (SPEC 3) on an OpenCL device (PoCL in CI), against the
- * float64 oracle: the CPU suite's cases with the token-by-token and the
- * chunked algorithms, chunked against token-by-token, per-sequence selection
- * under AUTO, and the cl_mem entry point (offsets, events, device checks).
- * The runner makes no OpenCL call: the device probe runs in a child, and
- * contexts are made inside the (forked) tests. */
+/* The gated delta rule on an OpenCL device only (linked into test-gated-delta-cl):
+ * sweep cases with the chunked algorithm, chunked against token-by-token,
+ * per-sequence selection under AUTO, and the cl_mem entry point (offsets,
+ * events, device checks). The host-memory cases of both backends are in
+ * test-gated-delta.c. */
 #include "config.h"
 
-#include "test-util.h"
-#include "gated-delta-ref.h"
+#include "test-gated-delta.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -15,74 +13,13 @@
 
 #include <clvarlen/clvarlen-cl.h>
 
-static clvarlen_context *ctx;
-
-static void setup(void)
-{
-    ctx = tu_cl_context();
-}
-
-static void teardown(void)
-{
-    clvarlen_context_destroy(ctx);
-    ctx = NULL;
-}
-
 #define ALG(i) ((i) ? CLVARLEN_GDN_CHUNKED : CLVARLEN_GDN_RECURRENT)
-
-START_TEST(seed_varlen_vs_fixed)
-{
-    gdn_t_seed_varlen_vs_fixed(ctx, ALG(_i));
-}
-END_TEST
-
-START_TEST(seed_state_indices)
-{
-    gdn_t_seed_state_indices(ctx, ALG(_i));
-}
-END_TEST
-
-START_TEST(sweep_recurrent)
-{
-    gdn_t_sweep(ctx, _i, CLVARLEN_GDN_RECURRENT);
-}
-END_TEST
 
 /* three sweep cases again, chunked: first-use compiles (about 10 s each on
  * PoCL) are the cost of this suite, so chunked variants are few */
 START_TEST(sweep_chunked)
 {
-    gdn_t_sweep(ctx, 2 * _i + 1, CLVARLEN_GDN_CHUNKED);
-}
-END_TEST
-
-START_TEST(strided_bitwise)
-{
-    gdn_t_strided_bitwise(ctx, ALG(_i));
-}
-END_TEST
-
-START_TEST(target_verify)
-{
-    gdn_t_target_verify(ctx);
-}
-END_TEST
-
-START_TEST(large_heads)
-{
-    gdn_t_large_heads(ctx, ALG(_i));
-}
-END_TEST
-
-START_TEST(errors)
-{
-    gdn_t_errors(ctx);
-}
-END_TEST
-
-START_TEST(empty)
-{
-    gdn_t_empty(ctx);
+    gdn_t_sweep(gdn_ctx, 2 * _i + 1, CLVARLEN_GDN_CHUNKED);
 }
 END_TEST
 
@@ -112,8 +49,8 @@ START_TEST(chunked_vs_recurrent)
     gdn_case_make(&rec, &cfg);
     cfg.algorithm = CLVARLEN_GDN_CHUNKED;
     gdn_case_make(&chk, &cfg);
-    gdn_run_and_check(ctx, &rec, "recurrent");
-    gdn_run_and_check(ctx, &chk, "chunked");
+    gdn_run_and_check(gdn_ctx, &rec, "recurrent");
+    gdn_run_and_check(gdn_ctx, &chk, "chunked");
 
     const clvarlen_gdn_params *p = &rec.p;
     const int64_t T = p->total_tokens, row = p->heads_v * p->value_dim;
@@ -152,7 +89,7 @@ START_TEST(auto_per_sequence)
     cfg.l2norm = 1;
     gdn_case c;
     gdn_case_make(&c, &cfg);
-    gdn_run_and_check(ctx, &c, "AUTO, mixed lengths");
+    gdn_run_and_check(gdn_ctx, &c, "AUTO, mixed lengths");
     /* the long sequence alone, same data */
     const int64_t bos = c.cu[1], L = lengths[1], HV = cfg.HV, V = cfg.V, hk = cfg.H * cfg.K;
     const int64_t head = HV * cfg.K * V;
@@ -166,10 +103,11 @@ START_TEST(auto_per_sequence)
     ck_assert(pool && o);
     memcpy(pool, (const float *)c.pool_init + head, (size_t)head * sizeof(float));
     clvarlen_status st = clvarlen_gated_delta_rule(
-        ctx, &p, c.A_log, c.dt_bias, (const float *)c.a + bos * HV, (const float *)c.b + bos * HV,
+        gdn_ctx, &p, c.A_log, c.dt_bias, (const float *)c.a + bos * HV,
+        (const float *)c.b + bos * HV,
         (const float *)c.q + bos * hk, (const float *)c.k + bos * hk,
         (const float *)c.v + bos * HV * V, NULL, pool, NULL, NULL, NULL, o);
-    ck_assert_msg(st == CLVARLEN_SUCCESS, "%s", clvarlen_last_error(ctx));
+    ck_assert_msg(st == CLVARLEN_SUCCESS, "%s", clvarlen_last_error(gdn_ctx));
     ck_assert_msg(memcmp(o, gdn_case_o_row(&c, bos), (size_t)(L * HV * V) * sizeof(float)) == 0,
                   "the long sequence alone differs from the mixed batch");
     ck_assert_msg(memcmp(pool, (const float *)(c.pool + GDN_GUARD) + head,
@@ -277,13 +215,13 @@ START_TEST(cl_mem_matches_host)
     gdn_case_cfg cfg = cl_mem_cfg(lengths, idx, ALG(_i));
     gdn_case c;
     gdn_case_make(&c, &cfg);
-    gdn_run_and_check(ctx, &c, "host entry point");
+    gdn_run_and_check(gdn_ctx, &c, "host entry point");
 
     dev_case d;
-    dev_make(&d, ctx, &c, 256);
+    dev_make(&d, gdn_ctx, &c, 256);
     cl_event ev = NULL;
-    clvarlen_status st = dev_run(ctx, &d, &c, &ev);
-    ck_assert_msg(st == CLVARLEN_SUCCESS, "%s", clvarlen_last_error(ctx));
+    clvarlen_status st = dev_run(gdn_ctx, &d, &c, &ev);
+    ck_assert_msg(st == CLVARLEN_SUCCESS, "%s", clvarlen_last_error(gdn_ctx));
     ck_assert_ptr_nonnull(ev);
     ck_assert_int_eq(clWaitForEvents(1, &ev), CL_SUCCESS);
     clReleaseEvent(ev);
@@ -296,7 +234,7 @@ START_TEST(cl_mem_matches_host)
                   "cl_mem states differ from host path");
 
     /* misaligned offsets and short buffers are rejected before anything runs */
-    st = clvarlen_cl_gated_delta_rule(ctx, &c.p, d.buf[D_ALOG], 2, d.buf[D_BIAS], 256, d.buf[D_A],
+    st = clvarlen_cl_gated_delta_rule(gdn_ctx, &c.p, d.buf[D_ALOG], 2, d.buf[D_BIAS], 256, d.buf[D_A],
                                       256, d.buf[D_B], 256, d.buf[D_Q], 256, d.buf[D_K], 256,
                                       d.buf[D_V], 256, d.buf[D_CU], 256, d.buf[D_POOL], 256,
                                       d.buf[D_SIDX], 256, NULL, 0, NULL, 0, d.buf[D_O], 256, 0,
@@ -304,7 +242,7 @@ START_TEST(cl_mem_matches_host)
     ck_assert_int_eq(st, CLVARLEN_ERROR_INVALID_ARGUMENT);
     clvarlen_gdn_params big = c.p;
     big.state_slots = 1000;
-    st = clvarlen_cl_gated_delta_rule(ctx, &big, d.buf[D_ALOG], 256, d.buf[D_BIAS], 256,
+    st = clvarlen_cl_gated_delta_rule(gdn_ctx, &big, d.buf[D_ALOG], 256, d.buf[D_BIAS], 256,
                                       d.buf[D_A], 256, d.buf[D_B], 256, d.buf[D_Q], 256,
                                       d.buf[D_K], 256, d.buf[D_V], 256, d.buf[D_CU], 256,
                                       d.buf[D_POOL], 256, d.buf[D_SIDX], 256, NULL, 0, NULL, 0,
@@ -367,37 +305,11 @@ START_TEST(cl_mem_device_checks)
 }
 END_TEST
 
-int main(void)
+void gdn_add_cl_cases(TCase *oracle, TCase *api)
 {
-    if (!tu_probe_opencl_device())
-        return TU_EXIT_SKIP;
-    Suite *s = suite_create("gated-delta-cl");
-    TCase *tc = tcase_create("seeds");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 300);
-    tcase_add_loop_test(tc, seed_varlen_vs_fixed, 0, 2);
-    tcase_add_loop_test(tc, seed_state_indices, 0, 2);
-    suite_add_tcase(s, tc);
-
-    tc = tcase_create("oracle");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 300);
-    tcase_add_loop_test(tc, sweep_recurrent, 0, GDN_SWEEP_CASES);
-    tcase_add_loop_test(tc, sweep_chunked, 0, 3);
-    tcase_add_loop_test(tc, strided_bitwise, 0, 2);
-    tcase_add_test(tc, target_verify);
-    tcase_add_loop_test(tc, large_heads, 0, 2);
-    tcase_add_loop_test(tc, chunked_vs_recurrent, 0, 3);
-    tcase_add_test(tc, auto_per_sequence);
-    suite_add_tcase(s, tc);
-
-    tc = tcase_create("api");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, errors);
-    tcase_add_test(tc, empty);
-    tcase_add_loop_test(tc, cl_mem_matches_host, 0, 2);
-    tcase_add_loop_test(tc, cl_mem_device_checks, 0, 2);
-    suite_add_tcase(s, tc);
-    return tu_run_suite(s);
+    tcase_add_loop_test(oracle, sweep_chunked, 0, 3);
+    tcase_add_loop_test(oracle, chunked_vs_recurrent, 0, 3);
+    tcase_add_test(oracle, auto_per_sequence);
+    tcase_add_loop_test(api, cl_mem_matches_host, 0, 2);
+    tcase_add_loop_test(api, cl_mem_device_checks, 0, 2);
 }

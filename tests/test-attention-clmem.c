@@ -1,16 +1,19 @@
-/* Varlen attention on the OpenCL device: every case of the CPU suite
- * (test-attention-cpu.c, included below) through the host-memory entry
- * points, plus the cl_mem entry points with byte offsets and events, device
+/* Varlen attention on the OpenCL device only (linked into test-attention-cl,
+ * which also runs every case of test-attention.c through the host-memory
+ * entry points): the cl_mem entry points with byte offsets and events, device
  * checks of cu_seqlens, the cl_mem merges, and the tensor-core kernel
  * (cl/attention-nv.cl): on NVIDIA it runs natively; elsewhere
  * CLVARLEN_ATTENTION_KERNEL=mma runs its emulated form, which executes the
  * same fragment bookkeeping with the warp-wide operations emulated in local
  * memory. Exits 77 without an OpenCL device.
  */
-#define ATTN_TEST_OPENCL 1
-#include "test-attention-cpu.c"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
-#include <clvarlen/clvarlen-cl.h>
+#include "test-attention.h"
+#include "kit-cl.h"
 
 static clvarlen_context *checked_ctx(void)
 {
@@ -24,32 +27,11 @@ static clvarlen_context *checked_ctx(void)
     return ctx;
 }
 
-static cl_mem upload(cl_context cl, cl_command_queue queue, size_t pad, const void *data,
-                     size_t bytes)
-{
-    cl_int err = CL_SUCCESS;
-    cl_mem m = clCreateBuffer(cl, CL_MEM_READ_WRITE, pad + bytes + 64, NULL, &err);
-    ck_assert_int_eq(err, CL_SUCCESS);
-    unsigned char *fill = malloc(pad + bytes + 64);
-    memset(fill, 0xAB, pad + bytes + 64);
-    if (data && bytes)
-        memcpy(fill + pad, data, bytes);
-    ck_assert_int_eq(clEnqueueWriteBuffer(queue, m, CL_TRUE, 0, pad + bytes + 64, fill, 0, NULL,
-                                          NULL),
-                     CL_SUCCESS);
-    free(fill);
-    return m;
-}
-
 /* cl_mem entry point with byte offsets, compared with the oracle; the bytes
  * around the output regions must stay as they were. With device checks on,
  * invalid device cu_seqlens are reported and nothing is written. */
 static void cl_mem_case(clvarlen_context *ctx, const acase *c, int device_checks)
 {
-    cl_context cl;
-    cl_device_id dev;
-    cl_command_queue queue;
-    ck_assert_int_eq(clvarlen_context_get_cl(ctx, &cl, &dev, &queue), CLVARLEN_SUCCESS);
     tu_rng r = tu_rng_make(c->seed);
     batch b;
     make_batch(c, &r, &b);
@@ -60,27 +42,24 @@ static void cl_mem_case(clvarlen_context *ctx, const acase *c, int device_checks
     size_t qb = (size_t)(b.tq * b.qs) * es, kb = (size_t)(b.tk * b.ks) * es;
     size_t vb = (size_t)(b.tk * b.vs) * es, ob = (size_t)(b.tq * b.os) * es;
     size_t lb = (size_t)(b.tq * c->hq) * sizeof(float), cub = (size_t)(b.n + 1) * 4;
-    cl_mem mq = upload(cl, queue, pad, b.q, qb), mk = upload(cl, queue, pad, b.k, kb);
-    cl_mem mv = upload(cl, queue, pad, b.v, vb), mcq = upload(cl, queue, pad, b.cu_q, cub);
-    cl_mem mck = upload(cl, queue, pad, b.cu_k, cub);
-    cl_mem mqp = b.q_pos ? upload(cl, queue, pad, b.q_pos, (size_t)b.tq * 4) : NULL;
-    cl_mem mo = upload(cl, queue, pad, NULL, ob), ml = upload(cl, queue, pad, NULL, lb);
+    tu_clbuf mq = tu_clbuf_make(ctx, qb, pad, b.q), mk = tu_clbuf_make(ctx, kb, pad, b.k);
+    tu_clbuf mv = tu_clbuf_make(ctx, vb, pad, b.v), mcq = tu_clbuf_make(ctx, cub, pad, b.cu_q);
+    tu_clbuf mck = tu_clbuf_make(ctx, cub, pad, b.cu_k);
+    tu_clbuf mqp = {NULL, 0, 0, 0, NULL};
+    if (b.q_pos)
+        mqp = tu_clbuf_make(ctx, (size_t)b.tq * 4, pad, b.q_pos);
+    tu_clbuf mo = tu_clbuf_make(ctx, ob, pad, NULL), ml = tu_clbuf_make(ctx, lb, pad, NULL);
     cl_event ev = NULL;
-    clvarlen_status st = clvarlen_cl_attention_forward(ctx, &p, mq, pad, mk, pad, mv, pad, mcq,
-                                                       pad, mck, pad, mqp, pad, mo, pad, ml, pad,
-                                                       0, NULL, &ev);
+    clvarlen_status st = clvarlen_cl_attention_forward(ctx, &p, mq.mem, pad, mk.mem, pad, mv.mem,
+                                                       pad, mcq.mem, pad, mck.mem, pad, mqp.mem,
+                                                       pad, mo.mem, pad, ml.mem, pad, 0, NULL,
+                                                       &ev);
     ck_assert_msg(st == CLVARLEN_SUCCESS, "cl forward: %s", clvarlen_last_error(ctx));
     ck_assert(ev != NULL);
-    unsigned char *o_all = malloc(pad + ob + 64), *l_all = malloc(pad + lb + 64);
-    ck_assert_int_eq(clEnqueueReadBuffer(queue, mo, CL_TRUE, 0, pad + ob + 64, o_all, 1, &ev, NULL),
-                     CL_SUCCESS);
-    ck_assert_int_eq(clEnqueueReadBuffer(queue, ml, CL_TRUE, 0, pad + lb + 64, l_all, 0, NULL, NULL),
-                     CL_SUCCESS);
-    clReleaseEvent(ev);
-    for (size_t i = 0; i < pad; i++)
-        ck_assert(o_all[i] == 0xAB && l_all[i] == 0xAB);
-    for (size_t i = 0; i < 64; i++)
-        ck_assert(o_all[pad + ob + i] == 0xAB && l_all[pad + lb + i] == 0xAB);
+    tu_cl_wait_release(&ev, "cl forward event");
+    /* the bytes around the output regions stay as they were (tu_clbuf_fetch checks them) */
+    const unsigned char *o_reg = tu_clbuf_fetch(ctx, &mo, "cl_mem o");
+    const unsigned char *l_reg = tu_clbuf_fetch(ctx, &ml, "cl_mem lse");
     size_t dense = (size_t)(b.tq * c->hq * c->dv);
     double *o_ref = malloc(sizeof(double) * (dense + 1));
     double *l_ref = malloc(sizeof(double) * (size_t)(b.tq * c->hq + 1));
@@ -88,10 +67,10 @@ static void cl_mem_case(clvarlen_context *ctx, const acase *c, int device_checks
     void *o_dense = malloc(dense * es + 16);
     size_t row = (size_t)c->hq * (size_t)c->dv * es;
     for (int64_t t = 0; t < b.tq; t++)
-        memcpy((char *)o_dense + (size_t)t * row, o_all + pad + (size_t)t * (size_t)b.os * es, row);
+        memcpy((char *)o_dense + (size_t)t * row, o_reg + (size_t)t * (size_t)b.os * es, row);
     tu_assert_close(tu_compare(o_dense, c->dtype, o_ref, dense), tu_tolerance(c->dtype),
                     "cl_mem o");
-    tu_assert_close(tu_compare(l_all + pad, CLVARLEN_DTYPE_F32, l_ref, (size_t)(b.tq * c->hq)),
+    tu_assert_close(tu_compare(l_reg, CLVARLEN_DTYPE_F32, l_ref, (size_t)(b.tq * c->hq)),
                     lse_tolerance(c->dtype), "cl_mem lse");
 
     if (device_checks && b.n >= 2 && b.tq > 0) {
@@ -99,40 +78,30 @@ static void cl_mem_case(clvarlen_context *ctx, const acase *c, int device_checks
         int32_t *bad = malloc(cub);
         memcpy(bad, b.cu_q, cub);
         bad[1] = b.cu_q[b.n] + 1;
-        cl_mem mbad = upload(cl, queue, pad, bad, cub);
-        cl_mem mo2 = upload(cl, queue, pad, NULL, ob), ml2 = upload(cl, queue, pad, NULL, lb);
-        st = clvarlen_cl_attention_forward(ctx, &p, mq, pad, mk, pad, mv, pad, mbad, pad, mck,
-                                           pad, mqp, pad, mo2, pad, ml2, pad, 0, NULL, NULL);
+        tu_clbuf mbad = tu_clbuf_make(ctx, cub, pad, bad);
+        tu_clbuf mo2 = tu_clbuf_make(ctx, ob, pad, NULL), ml2 = tu_clbuf_make(ctx, lb, pad, NULL);
+        st = clvarlen_cl_attention_forward(ctx, &p, mq.mem, pad, mk.mem, pad, mv.mem, pad,
+                                           mbad.mem, pad, mck.mem, pad, mqp.mem, pad, mo2.mem,
+                                           pad, ml2.mem, pad, 0, NULL, NULL);
         ck_assert_msg(st == CLVARLEN_ERROR_INVALID_CU_SEQLENS, "bad cu: %s (%s)",
                       clvarlen_status_name(st), clvarlen_last_error(ctx));
-        ck_assert_int_eq(clEnqueueReadBuffer(queue, mo2, CL_TRUE, 0, pad + ob + 64, o_all, 0,
-                                             NULL, NULL),
-                         CL_SUCCESS);
-        for (size_t i = 0; i < pad + ob + 64; i++)
-            ck_assert_msg(o_all[i] == 0xAB, "o written despite invalid cu_seqlens");
-        clReleaseMemObject(mbad);
-        clReleaseMemObject(mo2);
-        clReleaseMemObject(ml2);
+        tu_clbuf_untouched(ctx, &mo2, "o written despite invalid cu_seqlens");
+        tu_clbuf_free(&mbad);
+        tu_clbuf_free(&mo2);
+        tu_clbuf_free(&ml2);
         free(bad);
     }
     /* offsets that are not a multiple of the element size */
-    st = clvarlen_cl_attention_forward(ctx, &p, mq, 1, mk, pad, mv, pad, mcq, pad, mck, pad, mqp,
-                                       pad, mo, pad, ml, pad, 0, NULL, NULL);
+    st = clvarlen_cl_attention_forward(ctx, &p, mq.mem, 1, mk.mem, pad, mv.mem, pad, mcq.mem, pad,
+                                       mck.mem, pad, mqp.mem, pad, mo.mem, pad, ml.mem, pad, 0,
+                                       NULL, NULL);
     ck_assert_int_eq(st, CLVARLEN_ERROR_INVALID_ARGUMENT);
     free(o_dense);
     free(o_ref);
     free(l_ref);
-    free(o_all);
-    free(l_all);
-    clReleaseMemObject(mq);
-    clReleaseMemObject(mk);
-    clReleaseMemObject(mv);
-    clReleaseMemObject(mcq);
-    clReleaseMemObject(mck);
-    if (mqp)
-        clReleaseMemObject(mqp);
-    clReleaseMemObject(mo);
-    clReleaseMemObject(ml);
+    tu_clbuf *all[] = {&mq, &mk, &mv, &mcq, &mck, &mqp, &mo, &ml};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        tu_clbuf_free(all[i]);
     free_batch(&b);
 }
 
@@ -183,9 +152,10 @@ START_TEST(test_cl_merge)
     const float *lpp[3] = {lp, lp + ln, lp + 2 * ln};
     double *o_ref = malloc(sizeof(double) * on), *l_ref = malloc(sizeof(double) * ln);
     const size_t pad = 32;
-    cl_mem mop = upload(cl, queue, pad, op, on * es * (size_t)parts);
-    cl_mem mlp = upload(cl, queue, pad, lp, ln * sizeof(float) * (size_t)parts);
-    cl_mem mo = upload(cl, queue, pad, NULL, on * es), ml = upload(cl, queue, pad, NULL, ln * 4);
+    tu_clbuf bop = tu_clbuf_make(ctx, on * es * (size_t)parts, pad, op);
+    tu_clbuf blp = tu_clbuf_make(ctx, ln * sizeof(float) * (size_t)parts, pad, lp);
+    tu_clbuf bo = tu_clbuf_make(ctx, on * es, pad, NULL), bl = tu_clbuf_make(ctx, ln * 4, pad, NULL);
+    cl_mem mop = bop.mem, mlp = blp.mem, mo = bo.mem, ml = bl.mem;
     cl_event ev = NULL;
     ck_assert_int_eq(clvarlen_cl_attention_merge(ctx, dt, parts, tokens, heads, dv, mop, pad, mlp,
                                                  pad, mo, pad, ml, pad, 0, NULL, &ev),
@@ -212,10 +182,10 @@ START_TEST(test_cl_merge)
     attention_ref_merge(dt, 2, tokens, heads, dv, opp, lpp, o_ref, l_ref);
     tu_assert_close(tu_compare(o, dt, o_ref, on), tu_tolerance(dt), "cl merge2 in place o");
     tu_assert_close(tu_compare(l, CLVARLEN_DTYPE_F32, l_ref, ln), 1e-6, "cl merge2 in place lse");
-    clReleaseMemObject(mop);
-    clReleaseMemObject(mlp);
-    clReleaseMemObject(mo);
-    clReleaseMemObject(ml);
+    tu_clbuf_free(&bop);
+    tu_clbuf_free(&blp);
+    tu_clbuf_free(&bo);
+    tu_clbuf_free(&bl);
     free(o);
     free(l);
     free(op);
@@ -289,7 +259,7 @@ START_TEST(test_no_opencl)
 }
 END_TEST
 
-static void add_cl_cases(Suite *s)
+void attn_add_cl_cases(Suite *s)
 {
     TCase *tc = tcase_create("cl_mem");
     tcase_set_timeout(tc, 600);

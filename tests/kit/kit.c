@@ -1,8 +1,9 @@
-/* Test helpers (tests/test-util.h). Independent of the library's internals:
+/* The Check-free test kit (kit.h). Independent of the library's internals:
  * the f16/bf16 conversions here are written from the IEEE formats, so a bug
- * in lib/validate.c cannot hide itself in the comparison.
+ * in lib/ cannot hide itself in the comparison. This is the only f16/bf16
+ * conversion of the tests.
  */
-#include "test-util.h"
+#include "kit.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -11,8 +12,6 @@
 #include <ftw.h>
 #include <sys/stat.h>
 #include <sys/types.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 /* ------------------------------------------------------------ random numbers */
 
@@ -213,28 +212,38 @@ static unsigned char guard_byte(size_t i, int tail)
     return (unsigned char)(0xA5u ^ (i * 37u) ^ (tail ? 0x5Au : 0u));
 }
 
-tu_guarded tu_guarded_alloc(size_t bytes, unsigned char fill)
+void tu_guard_write(unsigned char *base, size_t bytes)
 {
-    tu_guarded g;
-    g.bytes = bytes;
-    g.base = malloc(bytes + 2 * TU_GUARD_BYTES);
-    ck_assert_msg(g.base != NULL, "tu_guarded_alloc: out of memory (%zu bytes)", bytes);
     for (size_t i = 0; i < TU_GUARD_BYTES; i++) {
-        g.base[i] = guard_byte(i, 0);
-        g.base[TU_GUARD_BYTES + bytes + i] = guard_byte(i, 1);
+        base[i] = guard_byte(i, 0);
+        base[TU_GUARD_BYTES + bytes + i] = guard_byte(i, 1);
     }
-    g.p = g.base + TU_GUARD_BYTES;
-    memset(g.p, fill, bytes);
-    return g;
+}
+
+int tu_guard_intact(const unsigned char *base, size_t bytes)
+{
+    for (size_t i = 0; i < TU_GUARD_BYTES; i++)
+        if (base[i] != guard_byte(i, 0) || base[TU_GUARD_BYTES + bytes + i] != guard_byte(i, 1))
+            return 0;
+    return 1;
+}
+
+int tu_guarded_init(tu_guarded *g, size_t bytes, unsigned char fill)
+{
+    g->bytes = bytes;
+    g->base = malloc(bytes + 2 * TU_GUARD_BYTES);
+    g->p = NULL;
+    if (!g->base)
+        return -1;
+    tu_guard_write(g->base, bytes);
+    g->p = g->base + TU_GUARD_BYTES;
+    memset(g->p, fill, bytes);
+    return 0;
 }
 
 int tu_guard_ok(const tu_guarded *g)
 {
-    for (size_t i = 0; i < TU_GUARD_BYTES; i++)
-        if (g->base[i] != guard_byte(i, 0) ||
-            g->base[TU_GUARD_BYTES + g->bytes + i] != guard_byte(i, 1))
-            return 0;
-    return 1;
+    return tu_guard_intact(g->base, g->bytes);
 }
 
 void tu_guarded_free(tu_guarded *g)
@@ -288,125 +297,55 @@ double tu_tolerance(clvarlen_dtype dtype)
     }
 }
 
-/* ------------------------------------------------------------ OpenCL devices */
-
-int tu_probe_opencl_device(void)
+int tu_err_within(tu_err err, double tol)
 {
-    /* The child may load the OpenCL driver; the parent (the Check runner) never does. */
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0)
-        return 0;
-    if (pid == 0) {
-        size_t count = 0;
-        if (clvarlen_device_count(&count) != CLVARLEN_SUCCESS || count == 0)
-            _exit(1);
-        const char *spec = getenv("CLVARLEN_TEST_DEVICE");
-        if (spec && *spec) {
-            int index = -1;
-            if (clvarlen_device_select(spec, &index, NULL, 0) != CLVARLEN_SUCCESS || index < 0)
-                _exit(1);
-        }
-        _exit(0);
-    }
-    int status = 0;
-    if (waitpid(pid, &status, 0) != pid)
-        return 0;
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    return err.nonfinite == 0 && err.mismatched_inf == 0 && err.rel_l2 <= tol;
 }
 
-static int kind_rank(clvarlen_device_kind kind)
+/* The pair (x, y) for the two-array errors: 0 to accumulate, 1 to skip (equal
+ * infinities), -1 to report +inf (a NaN anywhere, or an unmatched infinity). */
+static int pair_kind(double x, double y)
 {
-    switch (kind) {
-    case CLVARLEN_DEVICE_DISCRETE_GPU: return 0;
-    case CLVARLEN_DEVICE_INTEGRATED_GPU: return 1;
-    case CLVARLEN_DEVICE_OPENCL_CPU: return 2;
-    case CLVARLEN_DEVICE_ACCELERATOR: return 3;
-    default: return 4;
-    }
+    if (isnan(x) || isnan(y)) /* NaN never passes, not even against NaN */
+        return -1;
+    if (!isfinite(y))
+        return x == y ? 1 : -1;
+    return isfinite(x) ? 0 : -1;
 }
 
-const char *tu_cl_device_spec(void)
+double tu_rel_err(const void *a, const void *b, clvarlen_dtype dtype, size_t n)
 {
-    static char spec[32];
-    const char *env = getenv("CLVARLEN_TEST_DEVICE");
-    if (env && *env)
-        return env;
-    /* The default order of clvarlen_device_select, but never the CPU fallback and
-     * independent of CLVARLEN_DEVICE (which a test may have set to "cpu"). */
-    size_t count = 0;
-    ck_assert_int_eq(clvarlen_device_count(&count), CLVARLEN_SUCCESS);
-    ck_assert_msg(count > 0, "no OpenCL device");
-    int best = -1, best_rank = 99;
-    for (size_t i = 0; i < count; i++) {
-        clvarlen_device_info info;
-        if (clvarlen_device_query((int)i, &info) != CLVARLEN_SUCCESS)
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double x = tu_get(a, dtype, i), y = tu_get(b, dtype, i);
+        int kind = pair_kind(x, y);
+        if (kind < 0)
+            return INFINITY;
+        if (kind > 0)
             continue;
-        int rank = kind_rank(info.kind);
-        if (rank < best_rank) {
-            best_rank = rank;
-            best = (int)i;
-        }
+        num += (x - y) * (x - y);
+        den += y * y;
     }
-    ck_assert_msg(best >= 0, "no usable OpenCL device among %zu", count);
-    snprintf(spec, sizeof spec, "%d", best);
-    return spec;
+    if (num == 0.0)
+        return 0.0;
+    return den > 0.0 ? sqrt(num / den) : sqrt(num);
 }
 
-clvarlen_context *tu_cl_context(void)
+double tu_max_abs_err(const void *a, const void *b, clvarlen_dtype dtype, size_t n)
 {
-    const char *spec = tu_cl_device_spec();
-    clvarlen_options *opt = NULL;
-    ck_assert_int_eq(clvarlen_options_create(&opt), CLVARLEN_SUCCESS);
-    ck_assert_int_eq(clvarlen_options_set_device(opt, spec), CLVARLEN_SUCCESS);
-    clvarlen_context *ctx = NULL;
-    clvarlen_status st = clvarlen_context_create(opt, &ctx);
-    clvarlen_options_destroy(opt);
-    ck_assert_msg(st == CLVARLEN_SUCCESS, "context on OpenCL device '%s': %s (%s)", spec,
-                  clvarlen_status_name(st), clvarlen_last_error(NULL));
-    clvarlen_device_info info;
-    ck_assert_int_eq(clvarlen_context_device(ctx, &info), CLVARLEN_SUCCESS);
-    ck_assert_msg(info.kind != CLVARLEN_DEVICE_CPU_FALLBACK,
-                  "device '%s' gave the CPU fallback, not OpenCL", spec);
-    return ctx;
-}
-
-clvarlen_context *tu_cpu_context(void)
-{
-    clvarlen_options *opt = NULL;
-    ck_assert_int_eq(clvarlen_options_create(&opt), CLVARLEN_SUCCESS);
-    ck_assert_int_eq(clvarlen_options_set_device(opt, "cpu"), CLVARLEN_SUCCESS);
-    clvarlen_context *ctx = NULL;
-    clvarlen_status st = clvarlen_context_create(opt, &ctx);
-    clvarlen_options_destroy(opt);
-    ck_assert_msg(st == CLVARLEN_SUCCESS, "CPU context: %s (%s)", clvarlen_status_name(st),
-                  clvarlen_last_error(NULL));
-    return ctx;
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double x = tu_get(a, dtype, i), y = tu_get(b, dtype, i);
+        int kind = pair_kind(x, y);
+        if (kind < 0)
+            return INFINITY;
+        if (kind == 0 && fabs(x - y) > m)
+            m = fabs(x - y);
+    }
+    return m;
 }
 
 /* ------------------------------------------------------------ files and logs */
-
-char *tu_make_temp_dir(const char *tag)
-{
-    char base[4096];
-    const char *cache = getenv("CLVARLEN_CACHE_DIR");
-    const char *tmp = getenv("TMPDIR");
-    if (cache && cache[0] == '/') {
-        /* The parent of the build tree's kernel cache: stays inside the build directory. */
-        snprintf(base, sizeof base, "%s", cache);
-        char *slash = strrchr(base, '/');
-        if (slash && slash != base)
-            *slash = '\0';
-    } else {
-        snprintf(base, sizeof base, "%s", tmp && *tmp ? tmp : "/tmp");
-    }
-    size_t need = strlen(base) + strlen(tag) + 32;
-    char *path = malloc(need);
-    ck_assert_ptr_nonnull(path);
-    snprintf(path, need, "%s/clvarlen-%s-XXXXXX", base, tag);
-    ck_assert_msg(mkdtemp(path) != NULL, "mkdtemp(%s) failed", path);
-    return path;
-}
 
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
@@ -505,16 +444,4 @@ void tu_log_free(tu_log *log)
 {
     free(log->text);
     memset(log, 0, sizeof *log);
-}
-
-/* ------------------------------------------------------------ running */
-
-int tu_run_suite(Suite *s)
-{
-    SRunner *sr = srunner_create(s);
-    /* CK_VERBOSITY, CK_FORK, CK_RUN_CASE ... come from the environment. */
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
