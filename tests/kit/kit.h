@@ -1,6 +1,6 @@
-/* The test kit: what the test binaries share, and what clvarlen-test can link
- * in place of its own helpers (tools/clvarlen-test.h's ct_rng_*, ct_fill/get/set,
- * ct_random_lengths, ct_rel_err, ct_max_abs_err, ct_tolerance). Deterministic
+/* The test kit: what the test binaries share, and what clvarlen-test links for
+ * its element access, f16/bf16 conversion, error measures, tolerances and guard
+ * bands (it keeps only its own random stream, see tools/ct-util.h). Deterministic
  * random data, the one f16/bf16 conversion (written from the IEEE formats,
  * independent of lib/), random varlen batch lengths, guard bands around
  * outputs, and comparisons with SPEC section 4's tolerances.
