@@ -3,8 +3,9 @@
  * The harness (tools/ct-*.c) parses the command line, picks devices, runs
  * the ops of the table in ct-ops.c and prints tables or JSON; an op (one
  * file, or a few, under tools/ops/) provides a check function, a bench
- * function or both. Generic utilities (random numbers, dtypes, errors,
- * guard-banded check buffers) are in ct-util.h.
+ * function or both. Generic utilities (the tool's random numbers, the check
+ * state) are in ct-util.h, which also brings in the shared test kit
+ * (tests/kit/kit.h: dtypes, errors, tolerances, guard bands).
  */
 #ifndef CLVARLEN_TEST_TOOL_H
 #define CLVARLEN_TEST_TOOL_H

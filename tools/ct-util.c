@@ -1,10 +1,9 @@
-/* clvarlen-test: the tool's generic test utilities (see ct-util.h), to be
- * replaced by the shared test kit (tests/kit/). Contents:
+/* clvarlen-test: the tool's generic test utilities (see ct-util.h). Contents:
  *   random numbers    ct_rng_*, ct_seed_for, ct_random_lengths (SplitMix64)
- *   dtypes            ct_get, ct_set, ct_fill; f16/bf16 <-> float (static)
- *   errors            ct_rel_err, ct_max_abs_err, ct_tolerance
- *   check buffers     struct chk and chk_*: guard bands, sentinels, cl_mem
- *                     copies at random offsets with guard bytes, comparisons
+ *   dtypes            ct_fill (stores through the kit's tu_set)
+ *   check buffers     struct chk and chk_*: the kit's guard bands, sentinels,
+ *                     cl_mem copies at random offsets with the kit's guard
+ *                     bytes, comparisons through the kit's error measures
  *
  * SPDX-License-Identifier: MIT
  */
@@ -60,157 +59,16 @@ uint64_t ct_seed_for(const ct_options *opt, const char *op)
     return s;
 }
 
-static float bits_to_float(uint32_t x)
-{
-    float f;
-    memcpy(&f, &x, sizeof f);
-    return f;
-}
-
-static uint32_t float_to_bits(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, sizeof x);
-    return x;
-}
-
-static float half_to_float(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-    float mag;
-    if (exp == 0)
-        mag = ldexpf((float)mant, -24);
-    else if (exp == 31)
-        mag = bits_to_float(0x7f800000u | (mant << 13));
-    else
-        mag = bits_to_float(((exp + 112u) << 23) | (mant << 13));
-    return bits_to_float(float_to_bits(mag) | sign);
-}
-
-/* Round to nearest even, as the library and vstore_half do. */
-static uint16_t float_to_half(float f)
-{
-    uint32_t x = float_to_bits(f);
-    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-    uint32_t ax = x & 0x7fffffffu;
-    if (ax >= 0x7f800000u)
-        return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u));
-    if (ax >= 0x477ff000u) /* >= 65520 rounds to infinity */
-        return (uint16_t)(sign | 0x7c00u);
-    if (ax < 0x38800000u) /* below 2^-14: a subnormal half, scaled exactly, rounded by rint */
-        return (uint16_t)(sign | (uint16_t)lrintf(bits_to_float(ax) * 16777216.0f));
-    uint32_t h = ((ax >> 23) - 112u) << 10 | ((ax >> 13) & 0x3ffu);
-    uint32_t rest = ax & 0x1fffu;
-    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u)))
-        h++;
-    return (uint16_t)(sign | h);
-}
-
-static float bf16_to_float(uint16_t b)
-{
-    return bits_to_float((uint32_t)b << 16);
-}
-
-static uint16_t float_to_bf16(float f)
-{
-    uint32_t x = float_to_bits(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((x >> 16) | 0x40u);
-    x += 0x7fffu + ((x >> 16) & 1u);
-    return (uint16_t)(x >> 16);
-}
-
-double ct_get(const void *p, clvarlen_dtype dtype, size_t i)
-{
-    switch (dtype) {
-    case CLVARLEN_DTYPE_F32: return ((const float *)p)[i];
-    case CLVARLEN_DTYPE_F16: return half_to_float(((const uint16_t *)p)[i]);
-    case CLVARLEN_DTYPE_BF16: return bf16_to_float(((const uint16_t *)p)[i]);
-    case CLVARLEN_DTYPE_F64: return ((const double *)p)[i];
-    case CLVARLEN_DTYPE_I32: return ((const int32_t *)p)[i];
-    case CLVARLEN_DTYPE_I64: return (double)((const int64_t *)p)[i];
-    case CLVARLEN_DTYPE_U8: return ((const uint8_t *)p)[i];
-    }
-    return 0.0;
-}
-
-void ct_set(void *p, clvarlen_dtype dtype, size_t i, double x)
-{
-    switch (dtype) {
-    case CLVARLEN_DTYPE_F32: ((float *)p)[i] = (float)x; break;
-    case CLVARLEN_DTYPE_F16: ((uint16_t *)p)[i] = float_to_half((float)x); break;
-    case CLVARLEN_DTYPE_BF16: ((uint16_t *)p)[i] = float_to_bf16((float)x); break;
-    case CLVARLEN_DTYPE_F64: ((double *)p)[i] = x; break;
-    case CLVARLEN_DTYPE_I32: ((int32_t *)p)[i] = (int32_t)llround(x); break;
-    case CLVARLEN_DTYPE_I64: ((int64_t *)p)[i] = (int64_t)llround(x); break;
-    case CLVARLEN_DTYPE_U8: ((uint8_t *)p)[i] = (uint8_t)llround(x); break;
-    }
-}
-
 void ct_fill(uint64_t *state, void *p, clvarlen_dtype dtype, size_t n, double scale)
 {
     int64_t imax = scale >= 1.0 ? (int64_t)scale : 1;
     for (size_t i = 0; i < n; i++) {
         switch (dtype) {
         case CLVARLEN_DTYPE_I32:
-        case CLVARLEN_DTYPE_I64: ct_set(p, dtype, i, (double)ct_rng_int(state, -imax, imax)); break;
+        case CLVARLEN_DTYPE_I64: tu_set(p, dtype, i, (double)ct_rng_int(state, -imax, imax)); break;
         case CLVARLEN_DTYPE_U8: ((uint8_t *)p)[i] = (uint8_t)ct_rng_next(state); break;
-        default: ct_set(p, dtype, i, ct_rng_normal(state) * scale); break;
+        default: tu_set(p, dtype, i, ct_rng_normal(state) * scale); break;
         }
-    }
-}
-
-double ct_rel_err(const void *a, const void *b, clvarlen_dtype dtype, size_t n)
-{
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double x = ct_get(a, dtype, i), y = ct_get(b, dtype, i);
-        if (isnan(x) || isnan(y)) /* NaN never passes, not even against NaN */
-            return INFINITY;
-        if (!isfinite(y)) {
-            if (x == y)
-                continue;
-            return INFINITY;
-        }
-        if (!isfinite(x))
-            return INFINITY;
-        num += (x - y) * (x - y);
-        den += y * y;
-    }
-    if (num == 0.0)
-        return 0.0;
-    return den > 0.0 ? sqrt(num / den) : sqrt(num);
-}
-
-double ct_max_abs_err(const void *a, const void *b, clvarlen_dtype dtype, size_t n)
-{
-    double m = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double x = ct_get(a, dtype, i), y = ct_get(b, dtype, i);
-        if (isnan(x) || isnan(y)) /* NaN never passes, not even against NaN */
-            return INFINITY;
-        if (!isfinite(y)) {
-            if (x == y)
-                continue;
-            return INFINITY;
-        }
-        if (!isfinite(x))
-            return INFINITY;
-        if (fabs(x - y) > m)
-            m = fabs(x - y);
-    }
-    return m;
-}
-
-double ct_tolerance(clvarlen_dtype dtype)
-{
-    switch (dtype) {
-    case CLVARLEN_DTYPE_F32: return 1e-5;
-    case CLVARLEN_DTYPE_F16: return 2e-3;
-    case CLVARLEN_DTYPE_BF16: return 1e-2;
-    case CLVARLEN_DTYPE_F64: return 1e-12;
-    default: return 0.0;
     }
 }
 
@@ -246,8 +104,6 @@ int64_t ct_random_lengths(uint64_t *state, int64_t max_n, int64_t max_len, int64
 
 /* ================================================================ check buffers with guard bands */
 
-#define GUARD_BYTES 64
-#define GUARD_FILL 0xA5
 #define SENTINEL 0xAB /* unwritten output bytes; compared like any other */
 
 void chk_begin(chk *c, clvarlen_context *dev, clvarlen_context *cpu, const ct_options *opt,
@@ -300,39 +156,30 @@ void chk_fail(chk *c, const char *fmt, ...)
     va_end(ap);
 }
 
-/* A guarded, sentinel-filled buffer that lives until the end of the case. */
+/* A guarded (the kit's guard bands), sentinel-filled buffer that lives until the end of
+ * the case. */
 void *chk_alloc(chk *c, size_t bytes)
 {
     if (c->n_alloc == CT_CHK_MAX_ALLOCS) {
         c->oom = 1;
         return NULL;
     }
-    unsigned char *base = malloc(bytes + 2 * GUARD_BYTES);
-    if (!base) {
+    tu_guarded *g = &c->alloc[c->n_alloc];
+    if (tu_guarded_init(g, bytes, SENTINEL) != 0) {
         c->oom = 1;
         return NULL;
     }
-    memset(base, GUARD_FILL, GUARD_BYTES);
-    memset(base + GUARD_BYTES, SENTINEL, bytes);
-    memset(base + GUARD_BYTES + bytes, GUARD_FILL, GUARD_BYTES);
-    c->alloc[c->n_alloc] = base;
-    c->alloc_bytes[c->n_alloc] = bytes;
     c->n_alloc++;
-    return base + GUARD_BYTES;
+    return g->p;
 }
 
 /* Ends a case: guard bands intact, counts the case, frees its buffers. */
 void chk_end_case(chk *c)
 {
     for (int i = 0; i < c->n_alloc; i++) {
-        const unsigned char *b = c->alloc[i];
-        int intact = 1;
-        for (size_t k = 0; k < GUARD_BYTES; k++)
-            if (b[k] != GUARD_FILL || b[GUARD_BYTES + c->alloc_bytes[i] + k] != GUARD_FILL)
-                intact = 0;
-        if (!intact)
+        if (!tu_guard_ok(&c->alloc[i]))
             chk_fail(c, "a write outside a buffer (guard band of buffer %d changed)", i);
-        free(c->alloc[i]);
+        tu_guarded_free(&c->alloc[i]);
     }
     c->n_alloc = 0;
     if (c->oom && !c->stop) {
@@ -414,23 +261,23 @@ void chk_same(chk *c, const char *what, const void *got, const void *want,
     }
     if (!bad)
         return;
-    double e = ct_rel_err(got, want, dtype, n);
+    double e = tu_rel_err(got, want, dtype, n);
     chk_note_err(c, e > 0.0 ? e : 1e-300);
     chk_fail(c, "%s: %zu of %zu differ, first [%zu]: %.9g vs %.9g", what, bad, n, first,
-             ct_get(got, dtype, first), ct_get(want, dtype, first));
+             tu_get(got, dtype, first), tu_get(want, dtype, first));
 }
 
 /* Relative L2 within tol (SPEC section 4), for float accumulation. */
 void chk_close(chk *c, const char *what, const void *got, const void *want,
                clvarlen_dtype dtype, size_t n, double tol)
 {
-    double e = ct_rel_err(got, want, dtype, n);
+    double e = tu_rel_err(got, want, dtype, n);
     chk_note_err(c, e);
     if (tol > c->row->tolerance)
         c->row->tolerance = tol;
     if (!(e <= tol))
         chk_fail(c, "%s: rel L2 %.3g > %.3g (max abs %.3g)", what, e, tol,
-                 ct_max_abs_err(got, want, dtype, n));
+                 tu_max_abs_err(got, want, dtype, n));
 }
 
 /* Nothing may be written on error: the buffer still holds the sentinel. */
@@ -452,7 +299,8 @@ int64_t chk_rnd(chk *c, int64_t lo, int64_t hi)
 
 #if CLVARLEN_HAVE_OPENCL
 /* A device copy of a host buffer at a random byte offset (a multiple of 8,
- * so every element type stays aligned), with guard bytes on both sides.
+ * so every element type stays aligned), with the kit's guard bytes on both
+ * sides (all `off` bytes before it, TU_GUARD_BYTES after).
  * host_out != NULL: an output, read back into host_out by dev_finish. */
 static cl_mem chk_dev_put(chk *c, const void *host, size_t bytes, void *host_out, size_t *offset)
 {
@@ -464,14 +312,14 @@ static cl_mem chk_dev_put(chk *c, const void *host, size_t bytes, void *host_out
         return NULL;
     }
     size_t off = 8 * (size_t)chk_rnd(c, 1, 16);
-    size_t total = off + bytes + GUARD_BYTES;
+    size_t total = off + bytes + TU_GUARD_BYTES;
     unsigned char *tmp = malloc(total);
     if (!tmp) {
         c->oom = 1;
         c->dm_failed = 1;
         return NULL;
     }
-    memset(tmp, GUARD_FILL, total);
+    tu_guard_write_lead(tmp, off, bytes);
     memcpy(tmp + off, host, bytes);
     cl_int err;
     cl_mem m = clCreateBuffer(c->clc, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, total, tmp, &err);
@@ -515,16 +363,11 @@ clvarlen_status chk_dev_finish(chk *c, clvarlen_status st, cl_event ev)
         tool_failed = 1;
     for (int i = 0; i < c->n_dm; i++) {
         struct dmem *d = &c->dm[i];
-        size_t total = d->offset + d->bytes + GUARD_BYTES;
+        size_t total = d->offset + d->bytes + TU_GUARD_BYTES;
         unsigned char *tmp = st == CLVARLEN_SUCCESS && !tool_failed ? malloc(total) : NULL;
         if (tmp && clEnqueueReadBuffer(c->queue, d->mem, CL_TRUE, 0, total, tmp, 0, NULL,
                                        NULL) == CL_SUCCESS) {
-            int intact = 1;
-            for (size_t k = 0; k < d->offset; k++)
-                intact &= tmp[k] == GUARD_FILL;
-            for (size_t k = 0; k < GUARD_BYTES; k++)
-                intact &= tmp[d->offset + d->bytes + k] == GUARD_FILL;
-            if (!intact)
+            if (!tu_guard_intact_lead(tmp, d->offset, d->bytes))
                 chk_fail(c, "device wrote outside buffer %d (offset %zu, %zu bytes)", i,
                          d->offset, d->bytes);
             if (d->host_out)

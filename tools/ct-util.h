@@ -1,12 +1,13 @@
 /* clvarlen-test: the tool's generic test utilities, in one place.
  *
  * Everything declared here (and defined in ct-util.c) is test plumbing that
- * does not belong to any op: random numbers, element access and rounding per
- * dtype (f16/bf16 conversions), error measures and tolerances, random varlen
- * lengths, and the guard-banded buffers with which the segment checks run
- * the host-memory and cl_mem entry points (struct chk). It is meant to be
- * replaced by the shared test kit (tests/kit/) when that lands, so keep
- * op-specific code out of it.
+ * does not belong to any op: the tool's random numbers and random varlen
+ * lengths, and the check state with which the segment checks run the
+ * host-memory and cl_mem entry points (struct chk). The rest is the shared
+ * test kit's (tests/kit/kit.h, included here): element access and the one
+ * f16/bf16 conversion (tu_get, tu_set), error measures and tolerances
+ * (tu_rel_err, tu_max_abs_err, tu_tolerance) and guard bands (tu_guarded,
+ * tu_guard_*). Keep op-specific code out of it.
  */
 #ifndef CLVARLEN_TEST_UTIL_H
 #define CLVARLEN_TEST_UTIL_H
@@ -22,8 +23,18 @@
 #endif
 
 #include "clvarlen-test.h"
+#include "kit.h"
 
 /* ---------------------------------------------------------------- random numbers */
+
+/* The tool keeps its own SplitMix64 stream rather than the kit's xorshift64*
+ * (tu_rng), which yields another sequence: every check case (its shapes,
+ * lengths, dtypes and data) is drawn from this stream, so a given --seed keeps
+ * naming the same cases as in earlier releases and in reports. (The attention
+ * bench data that tools/bench-attention-torch.py reproduces bit for bit comes
+ * from the counter hash in ops/attention.c, not from this stream.) For the
+ * same reason ct_random_lengths keeps its own mix of lengths, drawn from this
+ * stream, instead of tu_random_lengths. */
 
 uint64_t ct_rng_next(uint64_t *state);
 double ct_rng_uniform(uint64_t *state);          /* [0, 1) */
@@ -39,20 +50,9 @@ int64_t ct_random_lengths(uint64_t *state, int64_t max_n, int64_t max_len, int64
 
 /* ---------------------------------------------------------------- dtypes */
 
+/* n elements of N(0, scale^2) (integers: uniform in [-scale, scale]; u8: any byte) from the
+ * tool's stream, stored with the kit's tu_set (rounded to nearest even). */
 void ct_fill(uint64_t *state, void *p, clvarlen_dtype dtype, size_t n, double scale);
-double ct_get(const void *p, clvarlen_dtype dtype, size_t i);
-/* Stores x into element i, rounded to nearest even in float dtypes. */
-void ct_set(void *p, clvarlen_dtype dtype, size_t i, double x);
-
-/* ---------------------------------------------------------------- errors and tolerances */
-
-/* Relative L2 error of a against b (both dtype, n elements); +inf if NaN/Inf appears in a where b is finite. */
-double ct_rel_err(const void *a, const void *b, clvarlen_dtype dtype, size_t n);
-/* Largest |a[i] - b[i]| over n elements; inf where either holds a NaN, or an infinity the
- * other does not match. ct_rel_err (relative L2) treats NaN and infinities the same way. */
-double ct_max_abs_err(const void *a, const void *b, clvarlen_dtype dtype, size_t n);
-/* SPEC section 4 tolerance of a float dtype (f32 1e-5, f16 2e-3, bf16 1e-2; 0 otherwise). */
-double ct_tolerance(clvarlen_dtype dtype);
 
 /* ---------------------------------------------------------------- check buffers with guard bands */
 
@@ -69,8 +69,7 @@ typedef struct chk {
     int case_bad;
     int stop; /* an error that stopped the op (reported as ERROR) */
     int oom;
-    unsigned char *alloc[CT_CHK_MAX_ALLOCS];
-    size_t alloc_bytes[CT_CHK_MAX_ALLOCS];
+    tu_guarded alloc[CT_CHK_MAX_ALLOCS]; /* the kit's guard bands */
     int n_alloc;
     int is_cl;   /* dev is an OpenCL context */
     int cl_case; /* this case runs the device through the cl_mem entry points */

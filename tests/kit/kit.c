@@ -212,20 +212,33 @@ static unsigned char guard_byte(size_t i, int tail)
     return (unsigned char)(0xA5u ^ (i * 37u) ^ (tail ? 0x5Au : 0u));
 }
 
+void tu_guard_write_lead(unsigned char *base, size_t lead, size_t bytes)
+{
+    for (size_t i = 0; i < lead; i++)
+        base[i] = guard_byte(i, 0);
+    for (size_t i = 0; i < TU_GUARD_BYTES; i++)
+        base[lead + bytes + i] = guard_byte(i, 1);
+}
+
+int tu_guard_intact_lead(const unsigned char *base, size_t lead, size_t bytes)
+{
+    for (size_t i = 0; i < lead; i++)
+        if (base[i] != guard_byte(i, 0))
+            return 0;
+    for (size_t i = 0; i < TU_GUARD_BYTES; i++)
+        if (base[lead + bytes + i] != guard_byte(i, 1))
+            return 0;
+    return 1;
+}
+
 void tu_guard_write(unsigned char *base, size_t bytes)
 {
-    for (size_t i = 0; i < TU_GUARD_BYTES; i++) {
-        base[i] = guard_byte(i, 0);
-        base[TU_GUARD_BYTES + bytes + i] = guard_byte(i, 1);
-    }
+    tu_guard_write_lead(base, TU_GUARD_BYTES, bytes);
 }
 
 int tu_guard_intact(const unsigned char *base, size_t bytes)
 {
-    for (size_t i = 0; i < TU_GUARD_BYTES; i++)
-        if (base[i] != guard_byte(i, 0) || base[TU_GUARD_BYTES + bytes + i] != guard_byte(i, 1))
-            return 0;
-    return 1;
+    return tu_guard_intact_lead(base, TU_GUARD_BYTES, bytes);
 }
 
 int tu_guarded_init(tu_guarded *g, size_t bytes, unsigned char fill)

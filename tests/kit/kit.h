@@ -1,6 +1,6 @@
-/* The test kit: what the test binaries share, and what clvarlen-test can link
- * in place of its own helpers (tools/clvarlen-test.h's ct_rng_*, ct_fill/get/set,
- * ct_random_lengths, ct_rel_err, ct_max_abs_err, ct_tolerance). Deterministic
+/* The test kit: what the test binaries share, and what clvarlen-test links for
+ * its element access, f16/bf16 conversion, error measures, tolerances and guard
+ * bands (it keeps only its own random stream, see tools/ct-util.h). Deterministic
  * random data, the one f16/bf16 conversion (written from the IEEE formats,
  * independent of lib/), random varlen batch lengths, guard bands around
  * outputs, and comparisons with SPEC section 4's tolerances.
@@ -66,6 +66,11 @@ void tu_guarded_free(tu_guarded *g);
  * tu_guard_write sets them, tu_guard_intact returns 1 if both still hold. */
 void tu_guard_write(unsigned char *base, size_t bytes);
 int tu_guard_intact(const unsigned char *base, size_t bytes);
+/** The same with a leading band of `lead` bytes instead of TU_GUARD_BYTES (a region at an
+ * offset, such as a device copy at a random byte offset): base holds lead + bytes +
+ * TU_GUARD_BYTES bytes. With lead == TU_GUARD_BYTES these are tu_guard_write/intact. */
+void tu_guard_write_lead(unsigned char *base, size_t lead, size_t bytes);
+int tu_guard_intact_lead(const unsigned char *base, size_t lead, size_t bytes);
 
 /* ---- comparison against a float64 oracle (SPEC section 4) */
 typedef struct tu_err {

@@ -203,7 +203,7 @@ static int check_forward(clvarlen_context *dev, clvarlen_context *cpu, const ct_
 {
     uint64_t rs = ct_seed_for(opt, op);
     int n_cases = opt->quick ? 6 : 16;
-    double tol = ct_tolerance(dtype);
+    double tol = tu_tolerance(dtype);
     row->tolerance = tol;
     for (int i = 0; i < n_cases; i++) {
         fwd_case c;
@@ -230,8 +230,8 @@ static int check_forward(clvarlen_context *dev, clvarlen_context *cpu, const ct_
             free_case(&c);
             return -1;
         }
-        double e = ct_rel_err(c.o_dev, c.o_cpu, dtype, c.o_elems);
-        double el = ct_rel_err(c.lse_dev, c.lse_cpu, CLVARLEN_DTYPE_F32, c.lse_n);
+        double e = tu_rel_err(c.o_dev, c.o_cpu, dtype, c.o_elems);
+        double el = tu_rel_err(c.lse_dev, c.lse_cpu, CLVARLEN_DTYPE_F32, c.lse_n);
         if (e > row->max_err)
             row->max_err = e;
         if (!(e <= tol)) {
@@ -311,8 +311,8 @@ int check_merge(clvarlen_context *dev, clvarlen_context *cpu, const ct_options *
             goto next;
         }
         /* o is rounded once to the dtype on both sides: compare relative to its tolerance */
-        double e = ct_rel_err(od, oc, dt, on) / ct_tolerance(dt) * 1e-5;
-        double el = ct_rel_err(ld, lc, CLVARLEN_DTYPE_F32, ln);
+        double e = tu_rel_err(od, oc, dt, on) / tu_tolerance(dt) * 1e-5;
+        double el = tu_rel_err(ld, lc, CLVARLEN_DTYPE_F32, ln);
         double w = e > el ? e : el;
         if (w > row->max_err)
             row->max_err = w;
@@ -356,7 +356,7 @@ static void bench_fill(void *p, clvarlen_dtype dt, size_t n, uint32_t tensor, ui
     for (size_t i = 0; i < n; i++) {
         uint32_t h = bench_hash(((uint32_t)i * 4u + tensor) ^ s);
         float u = (float)(h >> 8) * 0x1.0p-24f;
-        ct_set(p, dt, i, (double)(2.0f * u - 1.0f));
+        tu_set(p, dt, i, (double)(2.0f * u - 1.0f));
     }
 }
 

@@ -156,11 +156,11 @@ static int check_one(clvarlen_context *dev, clvarlen_context *cpu, const clvarle
         for (int64_t n = 0; n < p->n_seqs; n++)
             maxlen = lengths[n] > maxlen ? lengths[n] : maxlen;
         /* both sides round; SPEC 4's recurrence tolerance for f32 over long sequences */
-        double to = p->dtype == CLVARLEN_DTYPE_F32 ? 1e-4 : ct_tolerance(p->dtype);
-        double ts = p->state_dtype == CLVARLEN_DTYPE_F32 ? 1e-4 : ct_tolerance(p->state_dtype);
+        double to = p->dtype == CLVARLEN_DTYPE_F32 ? 1e-4 : tu_tolerance(p->dtype);
+        double ts = p->state_dtype == CLVARLEN_DTYPE_F32 ? 1e-4 : tu_tolerance(p->state_dtype);
         size_t on = a.o_bytes / clvarlen_dtype_size(p->dtype);
-        double eo = on ? ct_rel_err(a.o, b.o, p->dtype, on) : 0.0;
-        double es = slots ? ct_rel_err(a.pool, b.pool, p->state_dtype,
+        double eo = on ? tu_rel_err(a.o, b.o, p->dtype, on) : 0.0;
+        double es = slots ? tu_rel_err(a.pool, b.pool, p->state_dtype,
                                        a.pool_bytes / clvarlen_dtype_size(p->state_dtype))
                           : 0.0;
         row->cases++;

@@ -354,9 +354,7 @@ static int sb_setup_rows(sbench *b, const ct_options *opt, uint64_t *rng, int64_
         b->rank = 0;
         b->n = n;
         b->rows = global;
-        cp_expect w;
-        memset(&w, 0, sizeof w);
-        b->local = cp_oracle(cu, n, b->world, b->rank, &w);
+        b->local = ref_cp_local_tokens(cu, n, b->world, b->rank);
         rc = sb_buf(b, 0, (size_t)(global * row_bytes), NULL) ||
              sb_buf(b, 1, (size_t)(n + 1) * 4, cu) ||
              sb_buf(b, 2, (size_t)(b->local * row_bytes), NULL);

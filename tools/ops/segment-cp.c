@@ -1,5 +1,6 @@
 /* clvarlen-test: segment family, context parallelism (SPEC 2.5): cp_plan, cp_gather
- * and cp_scatter, and the oracle of the split that they are compared with.
+ * and cp_scatter, compared with the split of tests/ref's ref_cp_plan (the one CP
+ * oracle, written from SPEC 2.5).
  *
  * SPDX-License-Identifier: MIT
  */
@@ -17,57 +18,6 @@
 
 #include "ops.h"
 #include "segment.h"
-
-/* ================================================================ oracles from SPEC 2.5 */
-
-static void cp_chunk(int64_t len, int32_t world, int32_t c, int64_t *start, int64_t *size)
-{
-    int64_t chunks = 2 * (int64_t)world;
-    int64_t base = len / chunks, rem = len % chunks;
-    *start = c * base + (c < rem ? c : rem);
-    *size = base + (c < rem ? 1 : 0);
-}
-
-/* Any output may be NULL; global_index/position are filled up to the local total. */
-int64_t cp_oracle(const int32_t *cu, int64_t n, int32_t world, int32_t rank, cp_expect *e)
-{
-    int64_t local = 0;
-    int32_t max_head = 0, max_tail = 0;
-    if (e->local_cu)
-        e->local_cu[0] = 0;
-    if (e->head_cu)
-        e->head_cu[0] = 0;
-    if (e->tail_cu)
-        e->tail_cu[0] = 0;
-    for (int64_t s = 0; s < n; s++) {
-        int64_t len = cu[s + 1] - cu[s];
-        int64_t hs, hn, ts, tn;
-        cp_chunk(len, world, rank, &hs, &hn);
-        cp_chunk(len, world, 2 * world - 1 - rank, &ts, &tn);
-        for (int64_t j = 0; j < hn + tn; j++) {
-            int64_t p = j < hn ? hs + j : ts + (j - hn);
-            if (e->global_index)
-                e->global_index[local + j] = (int32_t)(cu[s] + p);
-            if (e->position)
-                e->position[local + j] = (int32_t)p;
-        }
-        local += hn + tn;
-        if (e->local_cu)
-            e->local_cu[s + 1] = (int32_t)local;
-        if (e->head_cu)
-            e->head_cu[s + 1] = e->head_cu[s] + (int32_t)hn;
-        if (e->tail_cu)
-            e->tail_cu[s + 1] = e->tail_cu[s] + (int32_t)tn;
-        if (hn > max_head)
-            max_head = (int32_t)hn;
-        if (tn > max_tail)
-            max_tail = (int32_t)tn;
-    }
-    e->local_tokens = local;
-    e->max_head = max_head;
-    e->max_tail = max_tail;
-    return local;
-}
 
 /* CP documents (at most 48): lengths below 2W, odd lengths, empty ones.
  * Case 1 (long rows) keeps to a few short documents. */
@@ -101,19 +51,18 @@ int check_cp_plan(clvarlen_context *dev, clvarlen_context *cpu, const ct_options
         if (c.oom)
             goto next;
         int64_t n = cp_lengths(&c, world, len);
-        cu_from_lengths(len, n, cu);
+        tu_cu_from_lengths(len, n, cu);
         int64_t total = cu[n];
         int64_t capacity = total + chk_rnd(&c, 0, 3);
         size_t cu_bytes = (size_t)(n + 1) * 4, cap_bytes = (size_t)capacity * 4;
         int halves = c.case_i % 3 != 1, maps = c.case_i % 3 != 2;
-        clvarlen_cp_plan_out pd, pc;
-        cp_expect w;
+        clvarlen_cp_plan_out pd, pc, w; /* w: the oracle's plan */
         memset(&pd, 0, sizeof pd);
         memset(&pc, 0, sizeof pc);
         memset(&w, 0, sizeof w);
         pd.local_cu_seqlens = chk_alloc(&c, cu_bytes);
         pc.local_cu_seqlens = chk_alloc(&c, cu_bytes);
-        w.local_cu = chk_alloc(&c, cu_bytes);
+        w.local_cu_seqlens = chk_alloc(&c, cu_bytes);
         pd.head_cu = chk_alloc(&c, cu_bytes);
         pc.head_cu = chk_alloc(&c, cu_bytes);
         w.head_cu = chk_alloc(&c, cu_bytes);
@@ -128,7 +77,9 @@ int check_cp_plan(clvarlen_context *dev, clvarlen_context *cpu, const ct_options
         w.position = chk_alloc(&c, cap_bytes);
         if (c.oom)
             goto next;
-        cp_oracle(cu, n, world, rank, &w);
+        w.local_tokens = ref_cp_plan(cu, n, world, rank, w.local_cu_seqlens, w.head_cu,
+                                     w.tail_cu, w.global_index, w.position, &w.max_head,
+                                     &w.max_tail);
         if (!halves)
             pd.head_cu = pd.tail_cu = pc.head_cu = pc.tail_cu = NULL;
         if (!maps)
@@ -162,7 +113,7 @@ int check_cp_plan(clvarlen_context *dev, clvarlen_context *cpu, const ct_options
             goto next;
         chk_same(&c, "local_cu_seqlens", pd.local_cu_seqlens, pc.local_cu_seqlens,
                  CLVARLEN_DTYPE_I32, (size_t)n + 1);
-        chk_same(&c, "local_cu_seqlens (cpu vs SPEC)", pc.local_cu_seqlens, w.local_cu,
+        chk_same(&c, "local_cu_seqlens (cpu vs SPEC)", pc.local_cu_seqlens, w.local_cu_seqlens,
                  CLVARLEN_DTYPE_I32, (size_t)n + 1);
         if (halves) {
             chk_same(&c, "head_cu", pd.head_cu, pc.head_cu, CLVARLEN_DTYPE_I32, (size_t)n + 1);
@@ -219,11 +170,9 @@ static int check_cp_rows(clvarlen_context *dev, clvarlen_context *cpu, const ct_
         if (c.oom)
             goto next;
         int64_t n = cp_lengths(&c, world, len);
-        cu_from_lengths(len, n, cu);
+        tu_cu_from_lengths(len, n, cu);
         int64_t total = cu[n];
-        cp_expect w;
-        memset(&w, 0, sizeof w);
-        int64_t local = cp_oracle(cu, n, world, rank, &w);
+        int64_t local = ref_cp_local_tokens(cu, n, world, rank);
         int64_t capacity = local + (scatter ? 0 : chk_rnd(&c, 0, 3));
         int64_t gstride = pick_stride(&c, row_elems, 0), lstride = pick_stride(&c, row_elems, 1);
         size_t g_elems = (size_t)(total * eff(gstride, row_elems));
@@ -235,8 +184,7 @@ static int check_cp_rows(clvarlen_context *dev, clvarlen_context *cpu, const ct_
         void *out_w = chk_alloc(&c, (scatter ? g_elems : l_elems) * es);
         if (c.oom)
             goto next;
-        w.global_index = gi;
-        cp_oracle(cu, n, world, rank, &w);
+        ref_cp_plan(cu, n, world, rank, NULL, NULL, NULL, gi, NULL, NULL, NULL);
         size_t row_bytes = (size_t)row_elems * es;
         if (!scatter) {
             fill_data(&c, global, dtype, g_elems);

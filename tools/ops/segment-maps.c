@@ -39,7 +39,7 @@ int check_cu_seqlens(clvarlen_context *dev, clvarlen_context *cpu, const ct_opti
         int32_t *len_d = chk_alloc(&c, len_bytes), *len_c = chk_alloc(&c, len_bytes);
         if (c.oom)
             goto next;
-        cu_from_lengths(len, n, want);
+        tu_cu_from_lengths(len, n, want);
         clvarlen_status sd;
 #if CLVARLEN_HAVE_OPENCL
         if (c.cl_case) {
@@ -97,7 +97,7 @@ int check_token_maps(clvarlen_context *dev, clvarlen_context *cpu, const ct_opti
         if (c.oom)
             goto next;
         int64_t n = case_lengths(&c, max_n, opt->quick ? 100 : 700, len);
-        cu_from_lengths(len, n, cu);
+        tu_cu_from_lengths(len, n, cu);
         int64_t total = cu[n];
         for (int64_t s = 0; s < n; s++)
             offsets[s] = (int32_t)chk_rnd(&c, 0, 5000);

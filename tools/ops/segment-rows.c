@@ -155,7 +155,7 @@ static int check_scatter_common(clvarlen_context *dev, clvarlen_context *cpu,
         if (unique || !is_float(dtype))
             chk_same(&c, "dst", dst_d, dst_c, dtype, dst_elems);
         else
-            chk_close(&c, "dst", dst_d, dst_c, dtype, dst_elems, ct_tolerance(dtype));
+            chk_close(&c, "dst", dst_d, dst_c, dtype, dst_elems, tu_tolerance(dtype));
     next:
         chk_end_case(&c);
     }

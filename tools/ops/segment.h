@@ -1,10 +1,12 @@
 /* clvarlen-test: what the segment family's files (SPEC section 2) share:
- * case generators over the check state of ct-util.h and the CP oracle.
+ * case generators over the check state of ct-util.h. The CP oracle is tests/ref's
+ * ref_cp_plan (segment-ref.h).
  */
 #ifndef CLVARLEN_TEST_SEGMENT_H
 #define CLVARLEN_TEST_SEGMENT_H
 
 #include "ct-util.h"
+#include "segment-ref.h"
 
 static inline clvarlen_dtype pick_dtype(chk *c, int copies)
 {
@@ -46,13 +48,6 @@ static inline int64_t eff(int64_t stride, int64_t row_elems)
     return stride ? stride : row_elems;
 }
 
-static inline void cu_from_lengths(const int32_t *len, int64_t n, int32_t *cu)
-{
-    cu[0] = 0;
-    for (int64_t i = 0; i < n; i++)
-        cu[i + 1] = cu[i] + len[i];
-}
-
 static inline void fill_data(chk *c, void *p, clvarlen_dtype dtype, size_t n)
 {
     ct_fill(&c->rng, p, dtype, n, dtype == CLVARLEN_DTYPE_I32 ? 1000.0 : 1.0);
@@ -69,15 +64,5 @@ static inline int64_t case_lengths(chk *c, int64_t max_n, int64_t max_len, int32
     }
     return ct_random_lengths(&c->rng, max_n, max_len, (int64_t)1 << 28, len);
 }
-
-/* The context-parallel split of SPEC 2.5, written from the specification
- * (segment-cp.c): the tool's own CP oracle. */
-typedef struct cp_expect {
-    int32_t *local_cu, *head_cu, *tail_cu; /* [n + 1] */
-    int32_t *global_index, *position;      /* [local tokens] */
-    int64_t local_tokens;
-    int32_t max_head, max_tail;
-} cp_expect;
-int64_t cp_oracle(const int32_t *cu, int64_t n, int32_t world, int32_t rank, cp_expect *w);
 
 #endif
