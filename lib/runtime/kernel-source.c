@@ -131,16 +131,20 @@ static clvarlen_status load_source(clvarlen_context *ctx, const char *file, char
         char *joined = missing ? NULL : join_source(parts, sizes, N_PRELUDES + 1, size);
         for (size_t j = 0; j <= N_PRELUDES; j++)
             free(parts[j]);
-        free(path_copy);
+        /* dirs[] point into path_copy: free it only after the last use. */
         if (missing)
-            return cv_error(ctx, CLVARLEN_ERROR_KERNEL_NOT_FOUND,
-                            "kernel %s found in %s but %s is missing there", file, dirs[i],
-                            missing);
-        if (!joined)
-            return cv_error(ctx, CLVARLEN_ERROR_OUT_OF_MEMORY, "kernel %s: out of memory", file);
-        *source = joined;
-        snprintf(found_dir, found_size, "%s", dirs[i]);
-        return CLVARLEN_SUCCESS;
+            st = cv_error(ctx, CLVARLEN_ERROR_KERNEL_NOT_FOUND,
+                          "kernel %s found in %s but %s is missing there", file, dirs[i],
+                          missing);
+        else if (!joined)
+            st = cv_error(ctx, CLVARLEN_ERROR_OUT_OF_MEMORY, "kernel %s: out of memory", file);
+        else {
+            *source = joined;
+            snprintf(found_dir, found_size, "%s", dirs[i]);
+            st = CLVARLEN_SUCCESS;
+        }
+        free(path_copy);
+        return st;
     }
     free(path_copy);
     return cv_error(ctx, st,
