@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The largest key and value head dims accepted (a limit of the tests and
- * tile choices, not of a kernel array). */
+/* The largest key and value head dims accepted: a host policy (the kernels
+ * take K and V as -D specialisations, so nothing in cl/ repeats it). */
 #define GDN_MAX_DIM 256
 
 void clvarlen_gdn_params_init(clvarlen_gdn_params *params)
