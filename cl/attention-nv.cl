@@ -14,7 +14,7 @@
  * fall in distinct bank groups.
  *
  * With -DCV_NV_PTX the warp-wide operations are inline PTX. Without it (any
- * other device; lib/op-attention.c does this on request) they are emulated
+ * other device; lib/attention/attention-cl.c does this on request) they are emulated
  * through local memory with work-group barriers, following the PTX ISA's
  * fragment layouts: the emulation runs the same indexing and softmax code, so
  * the fragment bookkeeping is tested on PoCL. Every call of a warp-wide

@@ -1,6 +1,6 @@
 /* Varlen attention (SPEC 1), portable OpenCL C 1.2.
  *
- * Built two ways by lib/op-attention.c:
+ * Built two ways by lib/attention/attention-cl.c:
  * -DCV_ATTN_AUX: the work-list builder and the merge kernel (dtype-free,
  *   compiled once per context);
  * otherwise: the flash-style forward kernel specialised by -D CV_DTYPE,
@@ -20,7 +20,7 @@ __kernel void attn_worklist(__global const int *cu_base, ulong cu_off, int n_seq
 {
     __global const int *cu = CV_CPTR(int, cu_base, cu_off);
     __global int *tile_cu = wl + 2 + 2 * (long)capacity;
-    __local int part[256];
+    __local int part[CV_ATTN_WORKLIST_MAX_WG];
     const int lid = get_local_id(0), nt = get_local_size(0);
 
     if (flag && *flag) { /* invalid cu_seqlens: launch nothing */
@@ -40,7 +40,7 @@ __kernel void attn_worklist(__global const int *cu_base, ulong cu_off, int n_seq
     }
     part[lid] = sum;
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (lid == 0) { /* nt <= 256 partial sums: a serial scan is cheap */
+    if (lid == 0) { /* nt <= CV_ATTN_WORKLIST_MAX_WG partial sums: a serial scan is cheap */
         int acc = 0;
         for (int i = 0; i < nt; i++) {
             int x = part[i];
@@ -83,12 +83,12 @@ inline float cv_sane_lse(float x)
     return (x > -INFINITY && x < INFINITY) ? x : -INFINITY;
 }
 
-/* Merge of partial results: 16 lanes per (token, head) row, 4 rows per
- * 64-wide work-group. Part p of o is at o_a + p * part_stride (elements)
+/* Merge of partial results: CV_ATTN_MERGE_LANES (16) lanes per (token, head)
+ * row, 4 rows per CV_ATTN_MERGE_WG-wide (64) work-group. Part p of o is at o_a + p * part_stride (elements)
  * unless o_b is given (two-way: part 1 is o_b, lse_b). Every read of a row's
  * lse happens before the barrier and every write after it, so the merge may
  * run in place (o == o_a, lse == lse_a). */
-__kernel __attribute__((reqd_work_group_size(64, 1, 1)))
+__kernel __attribute__((reqd_work_group_size(CV_ATTN_MERGE_WG, 1, 1)))
 void attn_merge(long n_parts, long tokens, int heads, int dv, int dt,
                 __global const uchar *o_a, ulong o_a_off, __global const uchar *o_b,
                 ulong o_b_off, long part_stride, __global const float *lse_a,
@@ -96,8 +96,9 @@ void attn_merge(long n_parts, long tokens, int heads, int dv, int dt,
                 long lse_part_stride, __global uchar *o, ulong o_off, __global float *lse,
                 ulong lse_off)
 {
-    const int lane = get_local_id(0) & 15;
-    const long row = (long)get_group_id(0) * 4 + (get_local_id(0) >> 4);
+    const int lane = get_local_id(0) % CV_ATTN_MERGE_LANES;
+    const long row = (long)get_group_id(0) * (CV_ATTN_MERGE_WG / CV_ATTN_MERGE_LANES) +
+                     (get_local_id(0) / CV_ATTN_MERGE_LANES);
     const bool active = row < tokens * heads;
     const long t = active ? row / heads : 0, h = active ? row % heads : 0;
     const long li = h * tokens + t;
@@ -134,7 +135,7 @@ void attn_merge(long n_parts, long tokens, int heads, int dv, int dt,
     if (!active)
         return;
     const size_t ebase = (size_t)row * (size_t)dv;
-    for (int c = lane; c < dv; c += 16) {
+    for (int c = lane; c < dv; c += CV_ATTN_MERGE_LANES) {
         float acc = 0.0f;
         for (long p = 0; p < n_parts; p++) {
             float wp;

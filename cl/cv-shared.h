@@ -34,4 +34,14 @@
 #define GDN_BIAS_F16 0x200
 #define GDN_BIAS_BF16 0x400
 
+/* Gated delta rule: the chunked kernel's geometry (gdn_chunked); the host
+ * sizes its local memory from the same numbers. */
+#define GDN_CHUNK 64       /* tokens per chunk */
+#define GDN_CHUNK_BLOCK 16 /* diagonal blocks of (I + A), inverted one at a time */
+
+/* Attention: the auxiliary kernels of cl/attention.cl (-DCV_ATTN_AUX). */
+#define CV_ATTN_WORKLIST_MAX_WG 256 /* attn_worklist keeps one partial sum per work-item */
+#define CV_ATTN_MERGE_WG 64         /* attn_merge's required work-group size */
+#define CV_ATTN_MERGE_LANES 16      /* attn_merge: work-items per (token, head) row */
+
 #endif /* CV_SHARED_H */

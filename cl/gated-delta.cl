@@ -6,7 +6,7 @@
  * selects which kernel owns a sequence by length (chunk_min), so a sequence's
  * result never depends on the rest of the batch. All arithmetic is f32.
  *
- * Specialisation (-D from lib/op-gated-delta.c, defaults for a standalone
+ * Specialisation (-D from lib/gated-delta/gated-delta-cl.c, defaults for a standalone
  * compile): CV_K, CV_V head dims; CV_DT activations and CV_ST_DT states
  * (CV_DT_*). The state layout, the L2 norm and dt_bias's dtype are runtime
  * flags: uniform branches cost nothing measurable, and fewer variants keep
@@ -386,7 +386,7 @@ __kernel __attribute__((reqd_work_group_size(CV_WG, 1, 1))) void gdn_recurrent(G
  * Rows past the sequence's end have k = q = v = 0, beta = 0 and g = 0, so
  * they contribute nothing. The state tile lives in local memory. */
 
-#define GDN_C 64
+#define GDN_C GDN_CHUNK /* cl/cv-shared.h */
 #define GDN_CNVT ((CV_V + CV_CVT - 1) / CV_CVT)
 #define GDN_KSP (CV_KS + 1)   /* padded slab rows */
 #define GDN_AP (GDN_C + 1)    /* padded 64 x 64 rows */
@@ -400,9 +400,9 @@ __kernel __attribute__((reqd_work_group_size(CV_CWG, 1, 1))) void gdn_chunked(GD
 {
     __local float S_l[CV_K * CV_CVT];   /* state tile [k][v] */
     __local float B_l[GDN_C * CV_CVT];  /* B, overwritten by D */
-    __local float R_l[16 * CV_CVT];
+    __local float R_l[GDN_CHUNK_BLOCK * CV_CVT];
     __local float U_l[GDN_UNION];       /* K/Q slabs, then A, then the masked Q K^T */
-    __local float T_l[4 * 16 * 16];     /* inverses of the diagonal blocks */
+    __local float T_l[GDN_C * GDN_CHUNK_BLOCK]; /* inverses of the diagonal blocks */
     __local float G_l[GDN_C], beta_l[GDN_C], rk_l[GDN_C], rq_l[GDN_C], w_l[GDN_C];
 
     const int lid = get_local_id(0);

@@ -184,18 +184,14 @@ static void fwd_range(void *arg, int64_t begin, int64_t end)
     atomic_store(&job->busy[slot], 0);
 }
 
-clvarlen_status cv_cpu_attention_forward(clvarlen_context *ctx, const cv_attn_desc *d,
-                                         const void *q, const void *k, const void *v,
-                                         const int32_t *cu_q, const int32_t *cu_k,
-                                         const int32_t *q_pos, void *o, float *lse)
+/* The tiles (sequence, first query row), last tile first, then the pool over
+ * (tile, head) items with one scratch area per worker. */
+static clvarlen_status fwd_run(clvarlen_context *ctx, const cv_attn_desc *d, const void *q,
+                               const void *k, const void *v, const int32_t *cu_q,
+                               const int32_t *cu_k, const int32_t *q_pos, void *o, float *lse,
+                               int64_t n_tiles)
 {
     static const char fn[] = "clvarlen_attention_forward";
-    int64_t n_tiles = 0;
-    for (int64_t s = 0; s < d->n_seqs; s++)
-        n_tiles += ((int64_t)cu_q[s + 1] - cu_q[s] + CPU_BLOCK_M - 1) / CPU_BLOCK_M;
-    if (n_tiles == 0)
-        return CLVARLEN_SUCCESS;
-
     int n_scratch = cv_pool_size(cv_base(ctx)->pool);
     if (n_scratch < 1)
         n_scratch = 1;
@@ -247,6 +243,19 @@ done:
     free(busy);
     free(tiles);
     return st;
+}
+
+clvarlen_status cv_cpu_attention_forward(clvarlen_context *ctx, const cv_attn_desc *d,
+                                         const void *q, const void *k, const void *v,
+                                         const int32_t *cu_q, const int32_t *cu_k,
+                                         const int32_t *q_pos, void *o, float *lse)
+{
+    int64_t n_tiles = 0;
+    for (int64_t s = 0; s < d->n_seqs; s++)
+        n_tiles += ((int64_t)cu_q[s + 1] - cu_q[s] + CPU_BLOCK_M - 1) / CPU_BLOCK_M;
+    if (n_tiles == 0)
+        return CLVARLEN_SUCCESS;
+    return fwd_run(ctx, d, q, k, v, cu_q, cu_k, q_pos, o, lse, n_tiles);
 }
 
 /* ------------------------------------------------------------ merge */
@@ -322,7 +331,10 @@ clvarlen_status cv_cpu_attention_merge(clvarlen_context *ctx, clvarlen_dtype dty
                                        int32_t head_dim_v, const void *const *o_parts,
                                        const float *const *lse_parts, void *o, float *lse)
 {
-    merge_job job = {dtype, n_parts, tokens, heads, head_dim_v, o_parts, lse_parts, o, lse};
+    merge_job job = {
+        .dtype = dtype, .n_parts = n_parts, .tokens = tokens, .heads = heads,
+        .dv = head_dim_v, .o_parts = o_parts, .lse_parts = lse_parts, .o = o, .lse = lse,
+    };
     int64_t rows = tokens * heads;
     if (rows > 0)
         cv_pool_for(cv_base(ctx)->pool, rows, 64, merge_range, &job);

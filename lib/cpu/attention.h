@@ -1,5 +1,5 @@
 /* Varlen attention on the CPU fallback (SPEC 1), and the resolved call
- * description that lib/op-attention.c hands to both backends.
+ * description that lib/attention/attention.c hands to both backends.
  */
 #ifndef CLVARLEN_CPU_ATTENTION_H
 #define CLVARLEN_CPU_ATTENTION_H

@@ -1,5 +1,5 @@
 /* The gated delta rule (SPEC 3) on the CPU fallback, and the validated
- * problem description that lib/op-gated-delta.c hands to every backend. */
+ * problem description that lib/gated-delta/gated-delta.c hands to every backend. */
 #ifndef CLVARLEN_CPU_GATED_DELTA_H
 #define CLVARLEN_CPU_GATED_DELTA_H
 

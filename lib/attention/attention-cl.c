@@ -1,0 +1,444 @@
+/* Varlen attention on OpenCL: kernel choice and tile sizes, and the launchers
+ * of the forward and merge kernels (cl/attention.cl, and cl/attention-nv.cl on
+ * NVIDIA tensor cores). Every launch goes through a cv_chain, so the cl_mem
+ * and host-memory entry points share one event discipline.
+ *
+ * The (sequence, query tile) work list is built by a kernel from
+ * cu_seqlens_q, so a call never reads anything back before launching the
+ * attention kernel; its grid is sized from the host-known totals (an upper
+ * bound on the tile count), and surplus work-groups exit at once.
+ */
+#include "attention/attention-cl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if CLVARLEN_HAVE_OPENCL
+
+typedef struct attn_cfg {
+    int mma;           /* the tensor-core kernel of attention-nv.cl */
+    int block_m, block_n, wg;
+    char options[256];
+} attn_cfg;
+
+/* CLVARLEN_ATTENTION_KERNEL=portable|mma overrides the automatic choice (for
+ * tests and comparisons); "mma" on a device that is not NVIDIA runs the
+ * tensor-core kernel's emulated form, which checks its fragment logic. */
+static int kernel_override(void)
+{
+    const char *e = getenv("CLVARLEN_ATTENTION_KERNEL");
+    if (!e || !*e)
+        return 0;
+    if (strcmp(e, "portable") == 0)
+        return 1;
+    if (strcmp(e, "mma") == 0)
+        return 2;
+    return 0;
+}
+
+static bool is_nvidia_mma(const clvarlen_context *ctx)
+{
+    return ctx->device.vendor == CLVARLEN_VENDOR_NVIDIA && ctx->device.cc_major >= 8 &&
+           ctx->tuning.nvidia_mma;
+}
+
+/* The tensor-core kernel moves 16-byte rows with cp.async and stores pairs of
+ * elements: tensors must be 16-byte aligned, rows a multiple of 8 elements. */
+static bool mma_fits(const cv_attn_desc *d, const cv_attn_mem *m)
+{
+    if (d->dtype == CLVARLEN_DTYPE_F32 || d->head_dim != d->head_dim_v || d->head_dim > 128)
+        return false;
+    if ((m->q_off | m->k_off | m->v_off | m->o_off) % 16 != 0)
+        return false;
+    return d->q_stride % 8 == 0 && d->k_stride % 8 == 0 && d->v_stride % 8 == 0 &&
+           d->o_stride % 8 == 0;
+}
+
+static clvarlen_status mma_cfg(clvarlen_context *ctx, const char *fn, const cv_attn_desc *d,
+                               attn_cfg *cfg)
+{
+    cfg->mma = 1;
+    /* Measured on an H100 (bf16, Hq 32, Hk 8): at D = 128, 64-row tiles
+     * with Q in registers (168 registers, 3 work-groups per SM) beat
+     * 128-row ones (205 registers, 1 per SM) on long sequences; on short
+     * ones (average below 96 tokens) Q kept in local memory with 32-key
+     * tiles is 7% faster. At D <= 64, 128-row tiles pay off when the
+     * sequences fill them. */
+    int64_t avg = d->n_seqs > 0 ? d->total_q / d->n_seqs : 0;
+    int bm = d->head_dim <= 64 && avg >= 96 ? 128 : 64, bn = 64;
+    int q_smem = d->head_dim > 64 && avg < 96;
+    if (q_smem)
+        bn = 32;
+    /* Local memory: the Q tile and the K and V tiles, rows padded by 8
+     * elements; with Q in registers its space is reused for K and V. */
+    uint64_t limit = ctx->device.local_mem_bytes ? ctx->device.local_mem_bytes : 49152;
+    for (;;) {
+        uint64_t row = (uint64_t)(d->head_dim + 8) * 2;
+        uint64_t qb = (uint64_t)bm * row, kvb = 2 * (uint64_t)bn * row;
+        uint64_t need = (q_smem ? qb + kvb : (qb > kvb ? qb : kvb)) + 64;
+        if (need <= limit)
+            break;
+        if (bn > 16)
+            bn /= 2;
+        else if (bm > 16)
+            bm /= 2;
+        else
+            return cv_error(ctx, CLVARLEN_ERROR_UNSUPPORTED,
+                            "%s: the tensor-core kernel does not fit local memory", fn);
+    }
+    cfg->block_m = bm;
+    cfg->block_n = bn;
+    cfg->wg = bm / 16 * 32;
+    snprintf(cfg->options, sizeof cfg->options,
+             "-DCV_DTYPE=%d -DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d%s%s",
+             cv_dtype_kernel_code(d->dtype), (int)d->head_dim, bm, bn,
+             q_smem ? " -DQ_SMEM=1" : "",
+             ctx->device.vendor == CLVARLEN_VENDOR_NVIDIA ? " -DCV_NV_PTX=1" : "");
+    return CLVARLEN_SUCCESS;
+}
+
+/* Portable kernel: TX threads across a tile's keys (and output columns),
+ * TY = wg / TX across its rows; all three sizes powers of two, key tiles of at
+ * least 4 (float4 rows of P). The tiles shrink until local memory fits. */
+static clvarlen_status portable_cfg(clvarlen_context *ctx, const char *fn, const cv_attn_desc *d,
+                                    attn_cfg *cfg)
+{
+    int wg = (int)cv_pow2_floor(ctx->tuning.attn_wg ? (int)ctx->tuning.attn_wg : 64);
+    int bm = (int)cv_pow2_floor(ctx->tuning.attn_block_m ? (int)ctx->tuning.attn_block_m : 32);
+    int bn = (int)cv_pow2_floor(ctx->tuning.attn_block_n ? (int)ctx->tuning.attn_block_n : 32);
+    int tx = wg < 16 ? wg : 16;
+    int ty = wg / tx;
+    int bn_min = tx < 4 ? 4 : tx;
+    if (bn < bn_min)
+        bn = bn_min;
+    if (bm < ty)
+        bm = ty;
+    /* Q and K are staged 16 dimensions at a time and V 16 keys at a time, so
+     * local memory barely depends on the head dims (and every device runs the
+     * configuration the tests run on PoCL). */
+    bool cpu_dev = ctx->device.kind == CLVARLEN_DEVICE_OPENCL_CPU;
+    uint64_t limit = ctx->device.local_mem_bytes ? ctx->device.local_mem_bytes : 32768;
+    const int dch = 16;
+    int kch = 16;
+    for (;;) {
+        kch = bn < 16 ? bn : 16;
+        uint64_t floats = 4 * ((uint64_t)bm * (dch / 4 + 1) + (uint64_t)bn * (dch / 4 + 1) +
+                               (uint64_t)bm * (bn / 4 + 1)) +
+                          (uint64_t)kch * d->head_dim_v + (uint64_t)bm * tx;
+        if (floats * 4 + 64 <= limit)
+            break;
+        if (bn >= bm && bn > bn_min)
+            bn /= 2;
+        else if (bm > ty)
+            bm /= 2;
+        else if (bn > bn_min)
+            bn /= 2;
+        else
+            return cv_error(ctx, CLVARLEN_ERROR_UNSUPPORTED,
+                            "%s: head dims %d/%d need more local memory than the device has "
+                            "(%llu bytes)",
+                            fn, (int)d->head_dim, (int)d->head_dim_v, (unsigned long long)limit);
+    }
+    cfg->block_m = bm;
+    cfg->block_n = bn;
+    cfg->wg = wg;
+    snprintf(cfg->options, sizeof cfg->options,
+             "-DCV_DTYPE=%d -DHEAD_DIM=%d -DHEAD_DIM_V=%d -DBLOCK_M=%d -DBLOCK_N=%d "
+             "-DWG_SIZE=%d -DTX=%d -DDCH=%d -DKCH=%d%s",
+             cv_dtype_kernel_code(d->dtype), (int)d->head_dim, (int)d->head_dim_v, bm, bn, wg,
+             tx, dch, kch, cpu_dev ? " -DCV_NO_UNROLL" : "");
+    return CLVARLEN_SUCCESS;
+}
+
+static clvarlen_status choose_cfg(clvarlen_context *ctx, const char *fn, const cv_attn_desc *d,
+                                  const cv_attn_mem *m, attn_cfg *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    int force = kernel_override();
+    if (mma_fits(d, m) && (force == 2 || (force == 0 && is_nvidia_mma(ctx))))
+        return mma_cfg(ctx, fn, d, cfg);
+    return portable_cfg(ctx, fn, d, cfg);
+}
+
+static cl_int worklist_args(cl_kernel kernel, const cv_attn_desc *d, const cv_attn_mem *m,
+                            int block_m, int64_t capacity, cl_mem wl, cl_mem flag)
+{
+    cl_int n_seqs = (cl_int)d->n_seqs, total_q = (cl_int)d->total_q;
+    cl_int bm = block_m, cap = (cl_int)capacity;
+    cl_ulong cu_q_off = m->cu_q_off;
+    cv_args a = cv_args_begin(kernel);
+    CV_ARG(a, m->cu_q);
+    CV_ARG(a, cu_q_off);
+    CV_ARG(a, n_seqs);
+    CV_ARG(a, total_q);
+    CV_ARG(a, bm);
+    CV_ARG(a, cap);
+    CV_ARG(a, wl);
+    CV_ARG(a, flag);
+    return a.err;
+}
+
+static cl_int forward_args(cl_kernel kernel, const cv_attn_desc *d, const cv_attn_mem *m,
+                           cl_mem wl, cl_mem flag)
+{
+    cl_ulong q_off = m->q_off, k_off = m->k_off, v_off = m->v_off, q_pos_off = m->q_pos_off;
+    cl_ulong cu_q_off = m->cu_q_off, cu_k_off = m->cu_k_off, o_off = m->o_off;
+    cl_ulong lse_off = m->lse_off;
+    cl_long q_stride = d->q_stride, k_stride = d->k_stride, v_stride = d->v_stride;
+    cl_long o_stride = d->o_stride;
+    cl_int total_q = (cl_int)d->total_q, total_k = (cl_int)d->total_k;
+    cl_int heads_q = d->heads_q, group = d->heads_q / d->heads_kv, causal = d->causal;
+    cl_int wleft = d->window_left, wright = d->window_right;
+    cl_float scale = d->scale, softcap = d->softcap;
+    cl_float scale_log2 = (cl_float)((double)d->scale * 1.4426950408889634);
+    cv_args a = cv_args_begin(kernel);
+    CV_ARG(a, m->q);
+    CV_ARG(a, q_off);
+    CV_ARG(a, q_stride);
+    CV_ARG(a, m->k);
+    CV_ARG(a, k_off);
+    CV_ARG(a, k_stride);
+    CV_ARG(a, m->v);
+    CV_ARG(a, v_off);
+    CV_ARG(a, v_stride);
+    CV_ARG(a, m->cu_q);
+    CV_ARG(a, cu_q_off);
+    CV_ARG(a, m->cu_k);
+    CV_ARG(a, cu_k_off);
+    CV_ARG(a, m->q_pos);
+    CV_ARG(a, q_pos_off);
+    CV_ARG(a, m->o);
+    CV_ARG(a, o_off);
+    CV_ARG(a, o_stride);
+    CV_ARG(a, m->lse);
+    CV_ARG(a, lse_off);
+    CV_ARG(a, wl);
+    CV_ARG(a, heads_q);
+    CV_ARG(a, group);
+    CV_ARG(a, total_q);
+    CV_ARG(a, total_k);
+    CV_ARG(a, scale_log2);
+    CV_ARG(a, scale);
+    CV_ARG(a, softcap);
+    CV_ARG(a, causal);
+    CV_ARG(a, wleft);
+    CV_ARG(a, wright);
+    CV_ARG(a, flag);
+    return a.err;
+}
+
+clvarlen_status cv_attn_cl_forward(cv_chain *c, const char *fn, const cv_attn_desc *d,
+                                   const cv_attn_mem *m)
+{
+    clvarlen_context *ctx = c->ctx;
+    attn_cfg cfg;
+    clvarlen_status st = choose_cfg(ctx, fn, d, m, &cfg);
+    if (st != CLVARLEN_SUCCESS)
+        return st;
+
+    /* Tiles: sum ceil(L_s / BM) <= (Tq + N (BM - 1)) / BM. */
+    int64_t capacity = (d->total_q + d->n_seqs * (cfg.block_m - 1)) / cfg.block_m;
+    int64_t wl_ints = 2 + 2 * capacity + d->n_seqs + 1;
+    if (wl_ints > INT32_MAX || capacity * d->heads_q > ((int64_t)1 << 40))
+        return cv_error(ctx, CLVARLEN_ERROR_OVERFLOW, "%s: %lld query tiles are too many", fn,
+                        (long long)capacity);
+
+    const char *name = cfg.mma ? "attn_fwd_mma" : "attn_fwd";
+    cl_kernel build = NULL, attn = NULL;
+    if ((st = cv_get_kernel(ctx, "attention.cl", "-DCV_ATTN_AUX", "attn_worklist", &build)) !=
+            CLVARLEN_SUCCESS ||
+        (st = cv_get_kernel(ctx, cfg.mma ? "attention-nv.cl" : "attention.cl", cfg.options, name,
+                            &attn)) != CLVARLEN_SUCCESS)
+        return st;
+
+    /* The work list lives in the context's temp buffer (no per-call allocation). */
+    cl_mem wl = NULL;
+    if ((st = cv_temp(ctx, (size_t)wl_ints * 4, &wl)) != CLVARLEN_SUCCESS)
+        return st;
+
+    cl_int err = worklist_args(build, d, m, cfg.block_m, capacity, wl, c->flag);
+    if (err != CL_SUCCESS)
+        return cv_cl_check(ctx, err, "clSetKernelArg(attn_worklist)");
+    size_t bwg = ctx->tuning.scan_wg ? ctx->tuning.scan_wg : 64;
+    if (bwg > CV_ATTN_WORKLIST_MAX_WG)
+        bwg = CV_ATTN_WORKLIST_MAX_WG;
+    if ((st = cv_chain_run(c, build, "attn_worklist", 1, &bwg, &bwg)) != CLVARLEN_SUCCESS)
+        return st;
+
+    if ((err = forward_args(attn, d, m, wl, c->flag)) != CL_SUCCESS)
+        return cv_cl_check(ctx, err, "clSetKernelArg(attention)");
+    size_t local = (size_t)cfg.wg;
+    size_t global = (size_t)capacity * (size_t)d->heads_q * local;
+    return cv_chain_run(c, attn, name, 1, &global, &local);
+}
+
+/* A device buffer the host path creates: filled from host when host != NULL,
+ * skipped unless want. */
+typedef struct attn_upload {
+    cl_mem *mem;
+    size_t bytes;
+    const void *host;
+    bool want;
+} attn_upload;
+
+static clvarlen_status upload_all(clvarlen_context *ctx, const attn_upload *up, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!up[i].want)
+            continue;
+        clvarlen_status st = cv_buffer(ctx, up[i].bytes, up[i].host, up[i].mem);
+        if (st != CLVARLEN_SUCCESS)
+            return st;
+    }
+    return CLVARLEN_SUCCESS;
+}
+
+static void release_all(const attn_upload *up, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        cv_release(up[i].mem);
+}
+
+clvarlen_status cv_attn_cl_forward_host(clvarlen_context *ctx, const char *fn,
+                                        const cv_attn_desc *d, const void *q, const void *k,
+                                        const void *v, const int32_t *cu_q, const int32_t *cu_k,
+                                        const int32_t *q_pos, void *o, float *lse)
+{
+    cv_attn_mem m = {0};
+    const size_t es = cv_dtype_size(d->dtype);
+    const int64_t o_row = (int64_t)d->heads_q * d->head_dim_v;
+    const size_t o_stride_b = (size_t)d->o_stride * es;
+    const size_t lse_bytes = (size_t)d->heads_q * (size_t)d->total_q * sizeof(float);
+    const size_t cu_bytes = (size_t)(d->n_seqs + 1) * sizeof(int32_t);
+    const attn_upload up[] = {
+        {&m.q, cv_span_bytes(d->dtype, (int64_t)d->heads_q * d->head_dim, d->total_q,
+                             d->q_stride), q, true},
+        {&m.k, cv_span_bytes(d->dtype, (int64_t)d->heads_kv * d->head_dim, d->total_k,
+                             d->k_stride), k, true},
+        {&m.v, cv_span_bytes(d->dtype, (int64_t)d->heads_kv * d->head_dim_v, d->total_k,
+                             d->v_stride), v, true},
+        {&m.cu_q, cu_bytes, cu_q, true},
+        {&m.cu_k, cu_bytes, cu_k, true},
+        {&m.q_pos, (size_t)d->total_q * 4, q_pos, q_pos != NULL},
+        {&m.o, cv_span_bytes(d->dtype, o_row, d->total_q, d->o_stride), NULL, true},
+        {&m.lse, lse_bytes, NULL, lse != NULL},
+    };
+    const size_t n_up = sizeof up / sizeof up[0];
+    float *lse_tmp = NULL;
+    cv_chain c;
+    clvarlen_status st = cv_chain_begin(&c, ctx, 0, NULL, false);
+    if (st != CLVARLEN_SUCCESS)
+        goto out;
+    if ((st = upload_all(ctx, up, n_up)) != CLVARLEN_SUCCESS)
+        goto out;
+    if (lse && !(lse_tmp = malloc(lse_bytes ? lse_bytes : 1))) {
+        st = cv_error(ctx, CLVARLEN_ERROR_OUT_OF_MEMORY, "%s: out of memory", fn);
+        goto out;
+    }
+    if ((st = cv_attn_cl_forward(&c, fn, d, &m)) != CLVARLEN_SUCCESS)
+        goto out;
+    /* lse goes through a temporary so that a failed read leaves the outputs untouched. */
+    if (lse && (st = cv_chain_read(&c, m.lse, 0, lse_bytes, lse_tmp)) != CLVARLEN_SUCCESS)
+        goto out;
+    /* Only row bytes come back: a strided o keeps the caller's bytes between rows. */
+    if ((st = cv_chain_read_rows(&c, m.o, d->total_q, (size_t)o_row * es, o_stride_b, o,
+                                 o_stride_b)) != CLVARLEN_SUCCESS)
+        goto out;
+    if (lse)
+        memcpy(lse, lse_tmp, lse_bytes);
+out:
+    st = cv_chain_end(&c, fn, st, NULL);
+    free(lse_tmp);
+    release_all(up, n_up);
+    return st;
+}
+
+clvarlen_status cv_attn_cl_merge(cv_chain *c, clvarlen_dtype dtype, int64_t n_parts,
+                                 int64_t tokens, int32_t heads, int32_t dv,
+                                 const cv_attn_merge_mem *m)
+{
+    clvarlen_context *ctx = c->ctx;
+    cl_kernel kernel = NULL;
+    clvarlen_status st = cv_get_kernel(ctx, "attention.cl", "-DCV_ATTN_AUX", "attn_merge", &kernel);
+    if (st != CLVARLEN_SUCCESS)
+        return st;
+    cl_long np = n_parts, tok = tokens;
+    cl_int h = heads, dvi = dv, dt = cv_dtype_kernel_code(dtype);
+    cl_long part_stride = tokens * (int64_t)heads * dv, lse_part_stride = tokens * (int64_t)heads;
+    cl_ulong o_a_off = m->o_a_off, o_b_off = m->o_b_off, lse_a_off = m->lse_a_off;
+    cl_ulong lse_b_off = m->lse_b_off, o_off = m->o_off, lse_off = m->lse_off;
+    cv_args a = cv_args_begin(kernel);
+    CV_ARG(a, np);
+    CV_ARG(a, tok);
+    CV_ARG(a, h);
+    CV_ARG(a, dvi);
+    CV_ARG(a, dt);
+    CV_ARG(a, m->o_a);
+    CV_ARG(a, o_a_off);
+    CV_ARG(a, m->o_b);
+    CV_ARG(a, o_b_off);
+    CV_ARG(a, part_stride);
+    CV_ARG(a, m->lse_a);
+    CV_ARG(a, lse_a_off);
+    CV_ARG(a, m->lse_b);
+    CV_ARG(a, lse_b_off);
+    CV_ARG(a, lse_part_stride);
+    CV_ARG(a, m->o);
+    CV_ARG(a, o_off);
+    CV_ARG(a, m->lse);
+    CV_ARG(a, lse_off);
+    if (a.err != CL_SUCCESS)
+        return cv_cl_check(ctx, a.err, "clSetKernelArg(attn_merge)");
+    /* CV_ATTN_MERGE_LANES work-items per (token, head) row (cl/attention.cl). */
+    const int64_t rows_per_wg = CV_ATTN_MERGE_WG / CV_ATTN_MERGE_LANES;
+    size_t local = CV_ATTN_MERGE_WG;
+    size_t global = (size_t)((tokens * heads + rows_per_wg - 1) / rows_per_wg) * local;
+    return cv_chain_run(c, kernel, "attn_merge", 1, &global, &local);
+}
+
+clvarlen_status cv_attn_cl_merge_host(clvarlen_context *ctx, const char *fn, clvarlen_dtype dtype,
+                                      int64_t n_parts, int64_t tokens, int32_t heads, int32_t dv,
+                                      const void *o_a, const float *lse_a, const void *o_b,
+                                      const float *lse_b, void *o, float *lse)
+{
+    cv_attn_merge_mem m = {0};
+    const size_t part_bytes = (size_t)tokens * (size_t)heads * (size_t)dv * cv_dtype_size(dtype);
+    const size_t lse_part = (size_t)tokens * (size_t)heads * sizeof(float);
+    const size_t parts_a = o_b ? 1 : (size_t)n_parts;
+    const attn_upload up[] = {
+        {&m.o_a, part_bytes * parts_a, o_a, true},
+        {&m.lse_a, lse_part * parts_a, lse_a, true},
+        {&m.o_b, part_bytes, o_b, o_b != NULL},
+        {&m.lse_b, lse_part, lse_b, o_b != NULL},
+        {&m.o, part_bytes, NULL, true},
+        {&m.lse, lse_part, NULL, lse != NULL},
+    };
+    const size_t n_up = sizeof up / sizeof up[0];
+    float *lse_tmp = NULL;
+    cv_chain c;
+    clvarlen_status st = cv_chain_begin(&c, ctx, 0, NULL, false);
+    if (st != CLVARLEN_SUCCESS)
+        goto out;
+    if ((st = upload_all(ctx, up, n_up)) != CLVARLEN_SUCCESS)
+        goto out;
+    if (lse && !(lse_tmp = malloc(lse_part ? lse_part : 1))) {
+        st = cv_error(ctx, CLVARLEN_ERROR_OUT_OF_MEMORY, "%s: out of memory", fn);
+        goto out;
+    }
+    if ((st = cv_attn_cl_merge(&c, dtype, n_parts, tokens, heads, dv, &m)) != CLVARLEN_SUCCESS)
+        goto out;
+    if (lse && (st = cv_chain_read(&c, m.lse, 0, lse_part, lse_tmp)) != CLVARLEN_SUCCESS)
+        goto out;
+    if ((st = cv_chain_read(&c, m.o, 0, part_bytes, o)) != CLVARLEN_SUCCESS)
+        goto out;
+    if (lse)
+        memcpy(lse, lse_tmp, lse_part);
+out:
+    st = cv_chain_end(&c, fn, st, NULL);
+    free(lse_tmp);
+    release_all(up, n_up);
+    return st;
+}
+
+#endif /* CLVARLEN_HAVE_OPENCL */
