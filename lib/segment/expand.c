@@ -1,3 +1,5 @@
+/* seqlens_expanded and the page-table expansion (SPEC 2.4): one launch of
+ * segment_seqlens_expand (cl/segment-scan.cl). */
 #include "segment/segment.h"
 
 #if CLVARLEN_HAVE_OPENCL
@@ -26,17 +28,14 @@ static clvarlen_status enq_expand(cv_chain *q, const expand_args *e)
     cl_mem flag = q->flag;
     cl_int check = q->flag != NULL;
     clvarlen_context *ctx = q->ctx;
-    clvarlen_status st = CLVARLEN_SUCCESS;
     if (check)
-        st = cv_chain_check_range(q, e->kv_len, NULL, e->kv_off, e->n, 0,
-                             (int64_t)INT32_MAX + 1, false, CV_CHECK_VALUE);
-    if (st == CLVARLEN_SUCCESS && check && e->q_len)
-        st = cv_chain_check_range(q, e->q_len, NULL, e->q_off, e->n, 0, (int64_t)INT32_MAX + 1,
-                             false, CV_CHECK_VALUE);
-    if (st != CLVARLEN_SUCCESS)
-        return st;
+        SEG_TRY(cv_chain_check_range(q, e->kv_len, NULL, e->kv_off, e->n, 0,
+                                     (int64_t)INT32_MAX + 1, false, CV_CHECK_VALUE));
+    if (check && e->q_len)
+        SEG_TRY(cv_chain_check_range(q, e->q_len, NULL, e->q_off, e->n, 0,
+                                     (int64_t)INT32_MAX + 1, false, CV_CHECK_VALUE));
     cl_kernel k;
-    st = seg_kernel(ctx, SEC_EXPAND, 0, -1, "segment_seqlens_expand", &k);
+    clvarlen_status st = seg_kernel(ctx, SEC_EXPAND, 0, -1, "segment_seqlens_expand", &k);
     if (st != CLVARLEN_SUCCESS)
         return st;
     size_t wg = seg_expand_wg(ctx);
@@ -88,7 +87,7 @@ static clvarlen_status enq_expand(cv_chain *q, const expand_args *e)
 
 #endif /* CLVARLEN_HAVE_OPENCL */
 
-/* ================================================================ seqlens_expand */
+/* ================================================================ entry points */
 
 /* Page-table geometry shared by both entry points (page_table given). */
 static clvarlen_status expand_geom(clvarlen_context *ctx, const char *fn, int64_t n,
@@ -104,33 +103,79 @@ static clvarlen_status expand_geom(clvarlen_context *ctx, const char *fn, int64_
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT,
                         "%s: col_limit %lld is outside [0, page_cols %lld]", fn,
                         (long long)*col_limit, (long long)page_cols);
-    clvarlen_status st = cv_check_rows(ctx, fn, "page_table", CLVARLEN_DTYPE_I32, page_cols, n,
-                                       *page_stride, page_stride);
-    if (st == CLVARLEN_SUCCESS)
-        st = cv_check_rows(ctx, fn, "page_table_out", CLVARLEN_DTYPE_I32, *col_limit, out_rows,
-                           *out_stride, out_stride);
-    return st;
+    SEG_TRY(cv_check_rows(ctx, fn, "page_table", CLVARLEN_DTYPE_I32, page_cols, n, *page_stride,
+                          page_stride));
+    return cv_check_rows(ctx, fn, "page_table_out", CLVARLEN_DTYPE_I32, *col_limit, out_rows,
+                         *out_stride, out_stride);
 }
 
-clvarlen_status clvarlen_seqlens_expand(clvarlen_context *ctx, const int32_t *kv_len,
-                                        const int32_t *q_len, int32_t uniform_q_len, int64_t n,
-                                        const int32_t *page_table, int64_t page_cols,
-                                        int64_t page_stride, int64_t col_limit, int64_t capacity,
-                                        int32_t *seqlens_expanded, int32_t *page_table_out,
-                                        int64_t out_stride, int64_t *total)
+/* The validated arguments of the host-memory entry point. */
+typedef struct expand_host {
+    const int32_t *kv_len, *q_len;
+    int32_t uniform_q_len;
+    int64_t n;
+    const int32_t *page_table;
+    int64_t page_cols, page_stride, col_limit;
+    int64_t rows; /* expanded rows (the sum of q_len) */
+    int32_t *seqlens_expanded, *page_table_out;
+    int64_t out_stride;
+} expand_host;
+
+#if CLVARLEN_HAVE_OPENCL
+static clvarlen_status expand_on_device(clvarlen_context *ctx, const char *fn,
+                                        const expand_host *h)
 {
-    const char *fn = __func__;
-    CV_ENTER(ctx);
-    clvarlen_status st = seg_check_count(ctx, fn, "n", n);
-    if (st == CLVARLEN_SUCCESS)
-        st = seg_need(ctx, fn, "kv_len", kv_len, n > 0);
-    if (st == CLVARLEN_SUCCESS && !q_len && uniform_q_len < 0)
-        st = cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: uniform_q_len %d is negative",
-                      fn, (int)uniform_q_len);
-    if (st == CLVARLEN_SUCCESS && capacity < 0)
-        st = cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: capacity is negative", fn);
-    if (st != CLVARLEN_SUCCESS)
-        return st;
+    cv_chain q;
+    cv_chain_begin(&q, ctx, 0, NULL, false);
+    size_t out_span = cv_span_bytes(CLVARLEN_DTYPE_I32, h->col_limit, h->rows, h->out_stride);
+    size_t pt_span = cv_span_bytes(CLVARLEN_DTYPE_I32, h->page_cols, h->n, h->page_stride);
+    cl_mem d_kv = NULL, d_q = NULL, d_pt = NULL, d_se = NULL, d_po = NULL;
+    clvarlen_status st;
+    SEG_TRY_OUT(seg_check_cl_limits(ctx, fn, 4, h->rows));
+    SEG_TRY_OUT(seg_upload(ctx, h->kv_len, (size_t)h->n * 4, &d_kv));
+    SEG_TRY_OUT(seg_upload(ctx, h->q_len, (size_t)h->n * 4, &d_q));
+    if (h->page_table_out)
+        SEG_TRY_OUT(seg_upload(ctx, h->page_table, pt_span, &d_pt));
+    if (h->seqlens_expanded)
+        SEG_TRY_OUT(cv_buffer(ctx, (size_t)h->rows * 4, NULL, &d_se));
+    if (h->page_table_out)
+        SEG_TRY_OUT(cv_buffer(ctx, out_span, NULL, &d_po));
+    expand_args e = {
+        .kv_len = d_kv,
+        .q_len = d_q,
+        .uniform_q = h->uniform_q_len,
+        .n = h->n,
+        .page_table = d_pt,
+        .pt_stride = h->page_stride,
+        .col_limit = h->col_limit,
+        .capacity = h->rows,
+        .seqlens = d_se,
+        .page_out = d_po,
+        .out_stride = h->out_stride,
+    };
+    SEG_TRY_OUT(enq_expand(&q, &e));
+    if (h->seqlens_expanded)
+        SEG_TRY_OUT(seg_read_bytes(&q, d_se, (size_t)h->rows * 4, h->seqlens_expanded));
+    if (h->page_table_out)
+        SEG_TRY_OUT(seg_read_rows(&q, d_po, h->rows, (size_t)h->col_limit * 4,
+                                  (size_t)h->out_stride * 4, h->page_table_out));
+out:
+    cv_chain_abort(&q);
+    cv_release(&d_kv);
+    cv_release(&d_q);
+    cv_release(&d_pt);
+    cv_release(&d_se);
+    cv_release(&d_po);
+    return st;
+}
+#endif /* CLVARLEN_HAVE_OPENCL */
+
+/* Every q_len (or uniform_q_len) and kv_len non-negative; *rows gets the
+ * sum of q_len, which must fit capacity. */
+static clvarlen_status expand_rows(clvarlen_context *ctx, const char *fn, const int32_t *kv_len,
+                                   const int32_t *q_len, int32_t uniform_q_len, int64_t n,
+                                   int64_t capacity, int64_t *rows)
+{
     int64_t sum = 0;
     for (int64_t s = 0; s < n; s++) {
         int64_t q = q_len ? q_len[s] : uniform_q_len;
@@ -147,61 +192,62 @@ clvarlen_status clvarlen_seqlens_expand(clvarlen_context *ctx, const int32_t *kv
         return cv_error(ctx, CLVARLEN_ERROR_BUFFER_TOO_SMALL,
                         "%s: %lld expanded rows do not fit capacity %lld", fn, (long long)sum,
                         (long long)capacity);
+    *rows = sum;
+    return CLVARLEN_SUCCESS;
+}
+
+clvarlen_status clvarlen_seqlens_expand(clvarlen_context *ctx, const int32_t *kv_len,
+                                        const int32_t *q_len, int32_t uniform_q_len, int64_t n,
+                                        const int32_t *page_table, int64_t page_cols,
+                                        int64_t page_stride, int64_t col_limit, int64_t capacity,
+                                        int32_t *seqlens_expanded, int32_t *page_table_out,
+                                        int64_t out_stride, int64_t *total)
+{
+    const char *fn = __func__;
+    CV_ENTER(ctx);
+    SEG_TRY(seg_check_count(ctx, fn, "n", n));
+    SEG_TRY(seg_need(ctx, fn, "kv_len", kv_len, n > 0));
+    if (!q_len && uniform_q_len < 0)
+        return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: uniform_q_len %d is negative",
+                        fn, (int)uniform_q_len);
+    if (capacity < 0)
+        return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: capacity is negative", fn);
+    int64_t sum = 0;
+    SEG_TRY(expand_rows(ctx, fn, kv_len, q_len, uniform_q_len, n, capacity, &sum));
     if (page_table) {
-        st = expand_geom(ctx, fn, n, page_cols, &page_stride, &col_limit, &out_stride, sum);
-        if (st == CLVARLEN_SUCCESS)
-            st = seg_need(ctx, fn, "page_table_out", page_table_out, sum > 0);
-        if (st != CLVARLEN_SUCCESS)
-            return st;
+        SEG_TRY(expand_geom(ctx, fn, n, page_cols, &page_stride, &col_limit, &out_stride, sum));
+        SEG_TRY(seg_need(ctx, fn, "page_table_out", page_table_out, sum > 0));
     } else {
         page_table_out = NULL;
     }
     if (sum > 0 && (seqlens_expanded || page_table_out)) {
         if (!cv_use_cl(ctx)) {
-            st = cv_cpu_seqlens_expand(ctx, kv_len, q_len, uniform_q_len, n, page_table,
-                                       page_stride, col_limit, seqlens_expanded, page_table_out,
-                                       out_stride);
-        }
+            SEG_TRY(cv_cpu_seqlens_expand(ctx, kv_len, q_len, uniform_q_len, n, page_table,
+                                          page_stride, col_limit, seqlens_expanded,
+                                          page_table_out, out_stride));
+        } else {
 #if CLVARLEN_HAVE_OPENCL
-        else {
-            cv_chain q;
-    cv_chain_begin(&q, ctx, 0, NULL, false);
-            size_t out_span = cv_span_bytes(CLVARLEN_DTYPE_I32, col_limit, sum, out_stride);
-            cl_mem d_kv = NULL, d_q = NULL, d_pt = NULL, d_se = NULL, d_po = NULL;
-            st = seg_check_cl_limits(ctx, fn, 4, sum);
-            if (st == CLVARLEN_SUCCESS)
-                st = seg_upload(ctx, kv_len, (size_t)n * 4, &d_kv);
-            if (st == CLVARLEN_SUCCESS)
-                st = seg_upload(ctx, q_len, (size_t)n * 4, &d_q);
-            if (st == CLVARLEN_SUCCESS && page_table_out)
-                st = seg_upload(ctx, page_table,
-                            cv_span_bytes(CLVARLEN_DTYPE_I32, page_cols, n, page_stride), &d_pt);
-            if (st == CLVARLEN_SUCCESS && seqlens_expanded)
-                st = cv_buffer(ctx, (size_t)sum * 4, NULL, &d_se);
-            if (st == CLVARLEN_SUCCESS && page_table_out)
-                st = cv_buffer(ctx, out_span, NULL, &d_po);
-            if (st == CLVARLEN_SUCCESS) {
-                expand_args e = {d_kv, 0, d_q, 0, uniform_q_len, n, d_pt, 0, page_stride,
-                                 col_limit, sum, d_se, 0, d_po, 0, out_stride, NULL, 0};
-                st = enq_expand(&q, &e);
-            }
-            if (st == CLVARLEN_SUCCESS && seqlens_expanded)
-                st = seg_read_bytes(&q, d_se, (size_t)sum * 4, seqlens_expanded);
-            if (st == CLVARLEN_SUCCESS && page_table_out)
-                st = seg_read_rows(&q, d_po, sum, (size_t)col_limit * 4, (size_t)out_stride * 4,
-                               page_table_out);
-            cv_chain_abort(&q);
-            cv_release(&d_kv);
-            cv_release(&d_q);
-            cv_release(&d_pt);
-            cv_release(&d_se);
-            cv_release(&d_po);
-        }
+            expand_host h = {
+                .kv_len = kv_len,
+                .q_len = q_len,
+                .uniform_q_len = uniform_q_len,
+                .n = n,
+                .page_table = page_table,
+                .page_cols = page_cols,
+                .page_stride = page_stride,
+                .col_limit = col_limit,
+                .rows = sum,
+                .seqlens_expanded = seqlens_expanded,
+                .page_table_out = page_table_out,
+                .out_stride = out_stride,
+            };
+            SEG_TRY(expand_on_device(ctx, fn, &h));
 #endif
+        }
     }
-    if (st == CLVARLEN_SUCCESS && total)
+    if (total)
         *total = sum;
-    return st;
+    return CLVARLEN_SUCCESS;
 }
 
 #if CLVARLEN_HAVE_OPENCL
@@ -216,42 +262,49 @@ clvarlen_status clvarlen_cl_seqlens_expand(
 {
     const char *fn = __func__;
     CV_ENTER(ctx);
-    clvarlen_status st = cv_cl_enter(ctx, fn, num_events, wait_list);
-    if (st == CLVARLEN_SUCCESS)
-        st = seg_check_count(ctx, fn, "n", n);
-    if (st == CLVARLEN_SUCCESS && !q_len && uniform_q_len < 0)
-        st = cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: uniform_q_len %d is negative",
-                      fn, (int)uniform_q_len);
-    if (st == CLVARLEN_SUCCESS && (capacity < 0 || capacity > INT32_MAX))
-        st = cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT,
-                      "%s: capacity %lld is outside [0, INT32_MAX]", fn, (long long)capacity);
-    if (st == CLVARLEN_SUCCESS)
-        st = seg_cl_arg(ctx, fn, "kv_len", kv_len, kv_len_offset, 4, n > 0);
-    if (st == CLVARLEN_SUCCESS)
-        st = seg_cl_arg(ctx, fn, "q_len", q_len, q_len_offset, 4, false);
-    if (st == CLVARLEN_SUCCESS)
-        st = seg_cl_arg(ctx, fn, "seqlens_expanded", seqlens_expanded, seqlens_offset, 4, false);
-    if (st == CLVARLEN_SUCCESS)
-        st = seg_cl_arg(ctx, fn, "total", total, total_offset, 8, false);
-    if (st == CLVARLEN_SUCCESS && page_table) {
-        st = expand_geom(ctx, fn, n, page_cols, &page_stride, &col_limit, &out_stride, capacity);
-        if (st == CLVARLEN_SUCCESS)
-            st = seg_cl_arg(ctx, fn, "page_table", page_table, page_table_offset, 4, true);
-        if (st == CLVARLEN_SUCCESS)
-            st = seg_cl_arg(ctx, fn, "page_table_out", page_table_out, page_out_offset, 4,
-                        capacity > 0);
+    SEG_TRY(cv_cl_enter(ctx, fn, num_events, wait_list));
+    SEG_TRY(seg_check_count(ctx, fn, "n", n));
+    if (!q_len && uniform_q_len < 0)
+        return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: uniform_q_len %d is negative",
+                        fn, (int)uniform_q_len);
+    if (capacity < 0 || capacity > INT32_MAX)
+        return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT,
+                        "%s: capacity %lld is outside [0, INT32_MAX]", fn, (long long)capacity);
+    SEG_TRY(seg_cl_arg(ctx, fn, "kv_len", kv_len, kv_len_offset, 4, n > 0));
+    SEG_TRY(seg_cl_arg(ctx, fn, "q_len", q_len, q_len_offset, 4, false));
+    SEG_TRY(seg_cl_arg(ctx, fn, "seqlens_expanded", seqlens_expanded, seqlens_offset, 4, false));
+    SEG_TRY(seg_cl_arg(ctx, fn, "total", total, total_offset, 8, false));
+    if (page_table) {
+        SEG_TRY(expand_geom(ctx, fn, n, page_cols, &page_stride, &col_limit, &out_stride,
+                            capacity));
+        SEG_TRY(seg_cl_arg(ctx, fn, "page_table", page_table, page_table_offset, 4, true));
+        SEG_TRY(seg_cl_arg(ctx, fn, "page_table_out", page_table_out, page_out_offset, 4,
+                           capacity > 0));
     }
-    if (st != CLVARLEN_SUCCESS)
-        return st;
+    expand_args e = {
+        .kv_len = kv_len,
+        .kv_off = kv_len_offset,
+        .q_len = q_len,
+        .q_off = q_len_offset,
+        .uniform_q = uniform_q_len,
+        .n = n,
+        .page_table = page_table,
+        .pt_off = page_table_offset,
+        .pt_stride = page_stride,
+        .col_limit = col_limit,
+        .capacity = capacity,
+        .seqlens = seqlens_expanded,
+        .se_off = seqlens_offset,
+        .page_out = page_table ? page_table_out : NULL,
+        .po_off = page_out_offset,
+        .out_stride = out_stride,
+        .total = total,
+        .total_off = total_offset,
+    };
     cv_chain q;
-    st = cv_chain_begin(&q, ctx, num_events, wait_list, ctx->device_checks != 0);
-    if (st == CLVARLEN_SUCCESS) {
-        expand_args e = {kv_len, kv_len_offset, q_len, q_len_offset, uniform_q_len, n,
-                         page_table, page_table_offset, page_stride, col_limit, capacity,
-                         seqlens_expanded, seqlens_offset, page_table ? page_table_out : NULL,
-                         page_out_offset, out_stride, total, total_offset};
+    clvarlen_status st = cv_chain_begin(&q, ctx, num_events, wait_list, ctx->device_checks != 0);
+    if (st == CLVARLEN_SUCCESS)
         st = enq_expand(&q, &e);
-    }
     return cv_chain_end(&q, fn, st, event);
 }
 

@@ -1,3 +1,6 @@
+/* gen_seq_lens (SPEC 2.6): bit-identical sequence lengths from a seed, on
+ * the device (cl/segment-gen.cl) where f32 division is correctly rounded,
+ * else computed on the host and written in order after the wait list. */
 #include "segment/segment.h"
 
 static clvarlen_status check_gen(clvarlen_context *ctx, const char *fn, int32_t world, int32_t n,
@@ -16,7 +19,6 @@ static clvarlen_status check_gen(clvarlen_context *ctx, const char *fn, int32_t 
 
 #if CLVARLEN_HAVE_OPENCL
 
-/* True when f32 division and sqrt are correctly rounded (gen_seq_lens needs it). */
 /*
  * gen_seq_lens must be bit-identical everywhere, and its two f32 divisions
  * are only correctly rounded on a device that reports
@@ -65,37 +67,40 @@ static clvarlen_status enq_gen(cv_chain *q, uint64_t seed, int32_t world, int32_
     return seg_run(q, k, "segment_gen_seq_lens", (size_t)world, local);
 }
 
+static clvarlen_status gen_on_device(clvarlen_context *ctx, uint64_t seed, int32_t world,
+                                     int32_t n, int64_t total, int32_t *out)
+{
+    cv_chain q;
+    cv_chain_begin(&q, ctx, 0, NULL, false);
+    size_t bytes = (size_t)world * (size_t)n * 4;
+    cl_mem d_out = NULL;
+    clvarlen_status st;
+    SEG_TRY_OUT(cv_buffer(ctx, bytes, NULL, &d_out));
+    SEG_TRY_OUT(enq_gen(&q, seed, world, n, total, d_out, 0));
+    SEG_TRY_OUT(seg_read_bytes(&q, d_out, bytes, out));
+out:
+    cv_chain_abort(&q);
+    cv_release(&d_out);
+    return st;
+}
+
 #endif /* CLVARLEN_HAVE_OPENCL */
 
-/* ================================================================ gen_seq_lens */
+/* ================================================================ entry points */
 
 clvarlen_status clvarlen_gen_seq_lens(clvarlen_context *ctx, uint64_t seed, int32_t world,
                                       int32_t n, int64_t total, int32_t *out)
 {
     const char *fn = __func__;
     CV_ENTER(ctx);
-    clvarlen_status st = check_gen(ctx, fn, world, n, total);
-    if (st == CLVARLEN_SUCCESS)
-        st = seg_need(ctx, fn, "out", out, true);
-    if (st != CLVARLEN_SUCCESS)
-        return st;
+    SEG_TRY(check_gen(ctx, fn, world, n, total));
+    SEG_TRY(seg_need(ctx, fn, "out", out, true));
     if (!cv_use_cl(ctx)) {
         cv_cpu_gen_seq_lens(ctx, seed, world, n, total, out);
         return CLVARLEN_SUCCESS;
     }
 #if CLVARLEN_HAVE_OPENCL
-    cv_chain q;
-    cv_chain_begin(&q, ctx, 0, NULL, false);
-    size_t bytes = (size_t)world * (size_t)n * 4;
-    cl_mem d_out = NULL;
-    st = cv_buffer(ctx, bytes, NULL, &d_out);
-    if (st == CLVARLEN_SUCCESS)
-        st = enq_gen(&q, seed, world, n, total, d_out, 0);
-    if (st == CLVARLEN_SUCCESS)
-        st = seg_read_bytes(&q, d_out, bytes, out);
-    cv_chain_abort(&q);
-    cv_release(&d_out);
-    return st;
+    return gen_on_device(ctx, seed, world, n, total, out);
 #else
     return CLVARLEN_ERROR_INTERNAL;
 #endif
@@ -110,16 +115,12 @@ clvarlen_status clvarlen_cl_gen_seq_lens(clvarlen_context *ctx, uint64_t seed, i
 {
     const char *fn = __func__;
     CV_ENTER(ctx);
-    clvarlen_status st = cv_cl_enter(ctx, fn, num_events, wait_list);
-    if (st == CLVARLEN_SUCCESS)
-        st = check_gen(ctx, fn, world, n, total);
-    if (st == CLVARLEN_SUCCESS)
-        st = seg_cl_arg(ctx, fn, "out", out, out_offset, 4, true);
-    if (st != CLVARLEN_SUCCESS)
-        return st;
+    SEG_TRY(cv_cl_enter(ctx, fn, num_events, wait_list));
+    SEG_TRY(check_gen(ctx, fn, world, n, total));
+    SEG_TRY(seg_cl_arg(ctx, fn, "out", out, out_offset, 4, true));
     cv_chain q;
-    cv_chain_begin(&q, ctx, num_events, wait_list, false);
-    st = enq_gen(&q, seed, world, n, total, out, out_offset);
+    cv_chain_begin(&q, ctx, num_events, wait_list, false); /* no device checks: nothing to check */
+    clvarlen_status st = enq_gen(&q, seed, world, n, total, out, out_offset);
     return cv_chain_end(&q, fn, st, event);
 }
 

@@ -1,17 +1,17 @@
+/* cu_seqlens <-> lengths and the per-token maps (SPEC 2.1, 2.2): a scan
+ * (cl/segment-scan.cl) and element-wise kernels (cl/segment-maps.cl). */
 #include "segment/segment.h"
 
 #if CLVARLEN_HAVE_OPENCL
 
-static clvarlen_status enq_cu_from_lengths(cv_chain *q, cl_mem lengths,
-                                           size_t len_off, int64_t n, cl_mem cu, size_t cu_off)
+static clvarlen_status enq_cu_from_lengths(cv_chain *q, cl_mem lengths, size_t len_off,
+                                           int64_t n, cl_mem cu, size_t cu_off)
 {
-    return seg_enq_scan_lengths(q, lengths, len_off, n, -1, -1, cu, cu_off, NULL, 0,
-                            NULL);
+    return seg_enq_scan_lengths(q, lengths, len_off, n, -1, -1, cu, cu_off, NULL, 0, NULL);
 }
 
-static clvarlen_status enq_lengths_from_cu(cv_chain *q, cl_mem cu,
-                                           size_t cu_off, int64_t n, cl_mem lengths,
-                                           size_t len_off)
+static clvarlen_status enq_lengths_from_cu(cv_chain *q, cl_mem cu, size_t cu_off, int64_t n,
+                                           cl_mem lengths, size_t len_off)
 {
     cl_mem flag = q->flag;
     cl_int check = q->flag != NULL;
@@ -38,10 +38,9 @@ static clvarlen_status enq_lengths_from_cu(cv_chain *q, cl_mem cu,
     return seg_run(q, k, "segment_lengths_from_cu", global, local);
 }
 
-static clvarlen_status enq_token_maps(cv_chain *q, cl_mem cu,
-                                      size_t cu_off, int64_t n, int64_t total, cl_mem offsets,
-                                      size_t offsets_off, cl_mem seq_id, size_t seq_off,
-                                      cl_mem pos, size_t pos_off)
+static clvarlen_status enq_token_maps(cv_chain *q, cl_mem cu, size_t cu_off, int64_t n,
+                                      int64_t total, cl_mem offsets, size_t offsets_off,
+                                      cl_mem seq_id, size_t seq_off, cl_mem pos, size_t pos_off)
 {
     cl_mem flag = q->flag;
     cl_int check = q->flag != NULL;
@@ -76,20 +75,84 @@ static clvarlen_status enq_token_maps(cv_chain *q, cl_mem cu,
 
 #endif /* CLVARLEN_HAVE_OPENCL */
 
-/* ================================================================ lengths and maps */
+/* ================================================================ host memory */
+
+#if CLVARLEN_HAVE_OPENCL
+static clvarlen_status cu_from_lengths_on_device(clvarlen_context *ctx, const int32_t *lengths,
+                                                 int64_t n, int32_t *cu_seqlens)
+{
+    cv_chain q;
+    cv_chain_begin(&q, ctx, 0, NULL, false);
+    cl_mem d_len = NULL, d_cu = NULL;
+    clvarlen_status st;
+    SEG_TRY_OUT(seg_upload(ctx, n > 0 ? lengths : NULL, (size_t)n * 4, &d_len));
+    SEG_TRY_OUT(cv_buffer(ctx, (size_t)(n + 1) * 4, NULL, &d_cu));
+    SEG_TRY_OUT(enq_cu_from_lengths(&q, d_len, 0, n, d_cu, 0));
+    SEG_TRY_OUT(seg_read_bytes(&q, d_cu, (size_t)(n + 1) * 4, cu_seqlens));
+out:
+    cv_chain_abort(&q);
+    cv_release(&d_len);
+    cv_release(&d_cu);
+    return st;
+}
+
+static clvarlen_status lengths_from_cu_on_device(clvarlen_context *ctx, const int32_t *cu_seqlens,
+                                                 int64_t n, int32_t *lengths)
+{
+    cv_chain q;
+    cv_chain_begin(&q, ctx, 0, NULL, false);
+    cl_mem d_cu = NULL, d_len = NULL;
+    clvarlen_status st;
+    SEG_TRY_OUT(seg_upload(ctx, cu_seqlens, (size_t)(n + 1) * 4, &d_cu));
+    SEG_TRY_OUT(cv_buffer(ctx, (size_t)n * 4, NULL, &d_len));
+    SEG_TRY_OUT(enq_lengths_from_cu(&q, d_cu, 0, n, d_len, 0));
+    SEG_TRY_OUT(seg_read_bytes(&q, d_len, (size_t)n * 4, lengths));
+out:
+    cv_chain_abort(&q);
+    cv_release(&d_cu);
+    cv_release(&d_len);
+    return st;
+}
+
+static clvarlen_status token_maps_on_device(clvarlen_context *ctx, const int32_t *cu_seqlens,
+                                            int64_t n, int64_t total_tokens,
+                                            const int32_t *offsets, int32_t *seq_id, int32_t *pos)
+{
+    cv_chain q;
+    cv_chain_begin(&q, ctx, 0, NULL, false);
+    size_t tb = (size_t)total_tokens * 4;
+    cl_mem d_cu = NULL, d_off = NULL, d_seq = NULL, d_pos = NULL;
+    clvarlen_status st;
+    SEG_TRY_OUT(seg_upload(ctx, cu_seqlens, (size_t)(n + 1) * 4, &d_cu));
+    if (pos)
+        SEG_TRY_OUT(seg_upload(ctx, offsets, (size_t)n * 4, &d_off));
+    if (seq_id)
+        SEG_TRY_OUT(cv_buffer(ctx, tb, NULL, &d_seq));
+    if (pos)
+        SEG_TRY_OUT(cv_buffer(ctx, tb, NULL, &d_pos));
+    SEG_TRY_OUT(enq_token_maps(&q, d_cu, 0, n, total_tokens, d_off, 0, d_seq, 0, d_pos, 0));
+    if (seq_id)
+        SEG_TRY_OUT(seg_read_bytes(&q, d_seq, tb, seq_id));
+    if (pos)
+        SEG_TRY_OUT(seg_read_bytes(&q, d_pos, tb, pos));
+out:
+    cv_chain_abort(&q);
+    cv_release(&d_cu);
+    cv_release(&d_off);
+    cv_release(&d_seq);
+    cv_release(&d_pos);
+    return st;
+}
+#endif /* CLVARLEN_HAVE_OPENCL */
 
 clvarlen_status clvarlen_cu_seqlens_from_lengths(clvarlen_context *ctx, const int32_t *lengths,
                                                  int64_t n, int32_t *cu_seqlens)
 {
     const char *fn = __func__;
     CV_ENTER(ctx);
-    clvarlen_status st = seg_check_count(ctx, fn, "n", n);
-    if (st == CLVARLEN_SUCCESS)
-        st = seg_need(ctx, fn, "lengths", lengths, n > 0);
-    if (st == CLVARLEN_SUCCESS)
-        st = seg_need(ctx, fn, "cu_seqlens", cu_seqlens, true);
-    if (st != CLVARLEN_SUCCESS)
-        return st;
+    SEG_TRY(seg_check_count(ctx, fn, "n", n));
+    SEG_TRY(seg_need(ctx, fn, "lengths", lengths, n > 0));
+    SEG_TRY(seg_need(ctx, fn, "cu_seqlens", cu_seqlens, true));
     int64_t total = 0;
     for (int64_t s = 0; s < n; s++) {
         if (lengths[s] < 0)
@@ -105,20 +168,7 @@ clvarlen_status clvarlen_cu_seqlens_from_lengths(clvarlen_context *ctx, const in
         return CLVARLEN_SUCCESS;
     }
 #if CLVARLEN_HAVE_OPENCL
-    cv_chain q;
-    cv_chain_begin(&q, ctx, 0, NULL, false);
-    cl_mem d_len = NULL, d_cu = NULL;
-    st = seg_upload(ctx, n > 0 ? lengths : NULL, (size_t)n * 4, &d_len);
-    if (st == CLVARLEN_SUCCESS)
-        st = cv_buffer(ctx, (size_t)(n + 1) * 4, NULL, &d_cu);
-    if (st == CLVARLEN_SUCCESS)
-        st = enq_cu_from_lengths(&q, d_len, 0, n, d_cu, 0);
-    if (st == CLVARLEN_SUCCESS)
-        st = seg_read_bytes(&q, d_cu, (size_t)(n + 1) * 4, cu_seqlens);
-    cv_chain_abort(&q);
-    cv_release(&d_len);
-    cv_release(&d_cu);
-    return st;
+    return cu_from_lengths_on_device(ctx, lengths, n, cu_seqlens);
 #else
     return CLVARLEN_ERROR_INTERNAL;
 #endif
@@ -129,32 +179,17 @@ clvarlen_status clvarlen_lengths_from_cu_seqlens(clvarlen_context *ctx, const in
 {
     const char *fn = __func__;
     CV_ENTER(ctx);
-    clvarlen_status st = seg_check_count(ctx, fn, "n", n);
-    if (st == CLVARLEN_SUCCESS)
-        st = cv_check_cu_seqlens(ctx, fn, "cu_seqlens", cu_seqlens, n, -1);
-    if (st == CLVARLEN_SUCCESS)
-        st = seg_need(ctx, fn, "lengths", lengths, n > 0);
-    if (st != CLVARLEN_SUCCESS || n == 0)
-        return st;
+    SEG_TRY(seg_check_count(ctx, fn, "n", n));
+    SEG_TRY(cv_check_cu_seqlens(ctx, fn, "cu_seqlens", cu_seqlens, n, -1));
+    SEG_TRY(seg_need(ctx, fn, "lengths", lengths, n > 0));
+    if (n == 0)
+        return CLVARLEN_SUCCESS;
     if (!cv_use_cl(ctx)) {
         cv_cpu_lengths_from_cu(ctx, cu_seqlens, n, lengths);
         return CLVARLEN_SUCCESS;
     }
 #if CLVARLEN_HAVE_OPENCL
-    cv_chain q;
-    cv_chain_begin(&q, ctx, 0, NULL, false);
-    cl_mem d_cu = NULL, d_len = NULL;
-    st = seg_upload(ctx, cu_seqlens, (size_t)(n + 1) * 4, &d_cu);
-    if (st == CLVARLEN_SUCCESS)
-        st = cv_buffer(ctx, (size_t)n * 4, NULL, &d_len);
-    if (st == CLVARLEN_SUCCESS)
-        st = enq_lengths_from_cu(&q, d_cu, 0, n, d_len, 0);
-    if (st == CLVARLEN_SUCCESS)
-        st = seg_read_bytes(&q, d_len, (size_t)n * 4, lengths);
-    cv_chain_abort(&q);
-    cv_release(&d_cu);
-    cv_release(&d_len);
-    return st;
+    return lengths_from_cu_on_device(ctx, cu_seqlens, n, lengths);
 #else
     return CLVARLEN_ERROR_INTERNAL;
 #endif
@@ -166,16 +201,13 @@ clvarlen_status clvarlen_token_maps(clvarlen_context *ctx, const int32_t *cu_seq
 {
     const char *fn = __func__;
     CV_ENTER(ctx);
-    clvarlen_status st = seg_check_count(ctx, fn, "n", n);
-    if (st == CLVARLEN_SUCCESS && total_tokens < 0)
-        st = cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: total_tokens is negative", fn);
-    if (st == CLVARLEN_SUCCESS)
-        st = cv_check_cu_seqlens(ctx, fn, "cu_seqlens", cu_seqlens, n, total_tokens);
-    if (st == CLVARLEN_SUCCESS && !seq_id && !pos)
-        st = cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: seq_id and pos are both NULL",
-                      fn);
-    if (st != CLVARLEN_SUCCESS)
-        return st;
+    SEG_TRY(seg_check_count(ctx, fn, "n", n));
+    if (total_tokens < 0)
+        return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: total_tokens is negative", fn);
+    SEG_TRY(cv_check_cu_seqlens(ctx, fn, "cu_seqlens", cu_seqlens, n, total_tokens));
+    if (!seq_id && !pos)
+        return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: seq_id and pos are both NULL",
+                        fn);
     if (offsets && pos)
         for (int64_t s = 0; s < n; s++) {
             int64_t L = cu_seqlens[s + 1] - cu_seqlens[s];
@@ -190,33 +222,13 @@ clvarlen_status clvarlen_token_maps(clvarlen_context *ctx, const int32_t *cu_seq
         return CLVARLEN_SUCCESS;
     }
 #if CLVARLEN_HAVE_OPENCL
-    cv_chain q;
-    cv_chain_begin(&q, ctx, 0, NULL, false);
-    size_t tb = (size_t)total_tokens * 4;
-    cl_mem d_cu = NULL, d_off = NULL, d_seq = NULL, d_pos = NULL;
-    st = seg_upload(ctx, cu_seqlens, (size_t)(n + 1) * 4, &d_cu);
-    if (st == CLVARLEN_SUCCESS && pos)
-        st = seg_upload(ctx, offsets, (size_t)n * 4, &d_off);
-    if (st == CLVARLEN_SUCCESS && seq_id)
-        st = cv_buffer(ctx, tb, NULL, &d_seq);
-    if (st == CLVARLEN_SUCCESS && pos)
-        st = cv_buffer(ctx, tb, NULL, &d_pos);
-    if (st == CLVARLEN_SUCCESS)
-        st = enq_token_maps(&q, d_cu, 0, n, total_tokens, d_off, 0, d_seq, 0, d_pos, 0);
-    if (st == CLVARLEN_SUCCESS && seq_id)
-        st = seg_read_bytes(&q, d_seq, tb, seq_id);
-    if (st == CLVARLEN_SUCCESS && pos)
-        st = seg_read_bytes(&q, d_pos, tb, pos);
-    cv_chain_abort(&q);
-    cv_release(&d_cu);
-    cv_release(&d_off);
-    cv_release(&d_seq);
-    cv_release(&d_pos);
-    return st;
+    return token_maps_on_device(ctx, cu_seqlens, n, total_tokens, offsets, seq_id, pos);
 #else
     return CLVARLEN_ERROR_INTERNAL;
 #endif
 }
+
+/* ================================================================ cl_mem entry points */
 
 #if CLVARLEN_HAVE_OPENCL
 
@@ -228,20 +240,14 @@ clvarlen_status clvarlen_cl_cu_seqlens_from_lengths(clvarlen_context *ctx, cl_me
 {
     const char *fn = __func__;
     CV_ENTER(ctx);
-    clvarlen_status st = cv_cl_enter(ctx, fn, num_events, wait_list);
-    if (st == CLVARLEN_SUCCESS)
-        st = seg_check_count(ctx, fn, "n", n);
-    if (st == CLVARLEN_SUCCESS)
-        st = seg_cl_arg(ctx, fn, "lengths", lengths, lengths_offset, 4, n > 0);
-    if (st == CLVARLEN_SUCCESS)
-        st = seg_cl_arg(ctx, fn, "cu_seqlens", cu_seqlens, cu_offset, 4, true);
-    if (st != CLVARLEN_SUCCESS)
-        return st;
+    SEG_TRY(cv_cl_enter(ctx, fn, num_events, wait_list));
+    SEG_TRY(seg_check_count(ctx, fn, "n", n));
+    SEG_TRY(seg_cl_arg(ctx, fn, "lengths", lengths, lengths_offset, 4, n > 0));
+    SEG_TRY(seg_cl_arg(ctx, fn, "cu_seqlens", cu_seqlens, cu_offset, 4, true));
     cv_chain q;
-    st = cv_chain_begin(&q, ctx, num_events, wait_list, ctx->device_checks != 0);
+    clvarlen_status st = cv_chain_begin(&q, ctx, num_events, wait_list, ctx->device_checks != 0);
     if (st == CLVARLEN_SUCCESS)
-        st = enq_cu_from_lengths(&q, lengths, lengths_offset, n, cu_seqlens,
-                                 cu_offset);
+        st = enq_cu_from_lengths(&q, lengths, lengths_offset, n, cu_seqlens, cu_offset);
     return cv_chain_end(&q, fn, st, event);
 }
 
@@ -252,22 +258,16 @@ clvarlen_status clvarlen_cl_lengths_from_cu_seqlens(clvarlen_context *ctx, cl_me
 {
     const char *fn = __func__;
     CV_ENTER(ctx);
-    clvarlen_status st = cv_cl_enter(ctx, fn, num_events, wait_list);
-    if (st == CLVARLEN_SUCCESS)
-        st = seg_check_count(ctx, fn, "n", n);
-    if (st == CLVARLEN_SUCCESS)
-        st = seg_cl_arg(ctx, fn, "cu_seqlens", cu_seqlens, cu_offset, 4, true);
-    if (st == CLVARLEN_SUCCESS)
-        st = seg_cl_arg(ctx, fn, "lengths", lengths, lengths_offset, 4, n > 0);
-    if (st != CLVARLEN_SUCCESS)
-        return st;
+    SEG_TRY(cv_cl_enter(ctx, fn, num_events, wait_list));
+    SEG_TRY(seg_check_count(ctx, fn, "n", n));
+    SEG_TRY(seg_cl_arg(ctx, fn, "cu_seqlens", cu_seqlens, cu_offset, 4, true));
+    SEG_TRY(seg_cl_arg(ctx, fn, "lengths", lengths, lengths_offset, 4, n > 0));
     cv_chain q;
-    st = cv_chain_begin(&q, ctx, num_events, wait_list, ctx->device_checks != 0);
+    clvarlen_status st = cv_chain_begin(&q, ctx, num_events, wait_list, ctx->device_checks != 0);
     if (st == CLVARLEN_SUCCESS && q.flag)
         st = cv_chain_check_cu_seqlens(&q, cu_seqlens, cu_offset, n, -1);
     if (st == CLVARLEN_SUCCESS)
-        st = enq_lengths_from_cu(&q, cu_seqlens, cu_offset, n, lengths,
-                                 lengths_offset);
+        st = enq_lengths_from_cu(&q, cu_seqlens, cu_offset, n, lengths, lengths_offset);
     return cv_chain_end(&q, fn, st, event);
 }
 
@@ -279,34 +279,26 @@ clvarlen_status clvarlen_cl_token_maps(clvarlen_context *ctx, cl_mem cu_seqlens,
 {
     const char *fn = __func__;
     CV_ENTER(ctx);
-    clvarlen_status st = cv_cl_enter(ctx, fn, num_events, wait_list);
-    if (st == CLVARLEN_SUCCESS)
-        st = seg_check_count(ctx, fn, "n", n);
-    if (st == CLVARLEN_SUCCESS && (total_tokens < 0 || total_tokens > INT32_MAX))
-        st = cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT,
-                      "%s: total_tokens %lld is outside [0, INT32_MAX]", fn,
-                      (long long)total_tokens);
-    if (st == CLVARLEN_SUCCESS && !seq_id && !pos)
-        st = cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: seq_id and pos are both NULL",
-                      fn);
-    if (st == CLVARLEN_SUCCESS)
-        st = seg_cl_arg(ctx, fn, "cu_seqlens", cu_seqlens, cu_offset, 4, true);
-    if (st == CLVARLEN_SUCCESS)
-        st = seg_cl_arg(ctx, fn, "offsets", offsets, offsets_offset, 4, false);
-    if (st == CLVARLEN_SUCCESS)
-        st = seg_cl_arg(ctx, fn, "seq_id", seq_id, seq_id_offset, 4, false);
-    if (st == CLVARLEN_SUCCESS)
-        st = seg_cl_arg(ctx, fn, "pos", pos, pos_offset, 4, false);
-    if (st != CLVARLEN_SUCCESS)
-        return st;
+    SEG_TRY(cv_cl_enter(ctx, fn, num_events, wait_list));
+    SEG_TRY(seg_check_count(ctx, fn, "n", n));
+    if (total_tokens < 0 || total_tokens > INT32_MAX)
+        return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT,
+                        "%s: total_tokens %lld is outside [0, INT32_MAX]", fn,
+                        (long long)total_tokens);
+    if (!seq_id && !pos)
+        return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: seq_id and pos are both NULL",
+                        fn);
+    SEG_TRY(seg_cl_arg(ctx, fn, "cu_seqlens", cu_seqlens, cu_offset, 4, true));
+    SEG_TRY(seg_cl_arg(ctx, fn, "offsets", offsets, offsets_offset, 4, false));
+    SEG_TRY(seg_cl_arg(ctx, fn, "seq_id", seq_id, seq_id_offset, 4, false));
+    SEG_TRY(seg_cl_arg(ctx, fn, "pos", pos, pos_offset, 4, false));
     cv_chain q;
-    st = cv_chain_begin(&q, ctx, num_events, wait_list, ctx->device_checks != 0);
+    clvarlen_status st = cv_chain_begin(&q, ctx, num_events, wait_list, ctx->device_checks != 0);
     if (st == CLVARLEN_SUCCESS && q.flag)
         st = cv_chain_check_cu_seqlens(&q, cu_seqlens, cu_offset, n, total_tokens);
     if (st == CLVARLEN_SUCCESS)
-        st = enq_token_maps(&q, cu_seqlens, cu_offset, n, total_tokens,
-                            pos ? offsets : NULL, offsets_offset, seq_id, seq_id_offset, pos,
-                            pos_offset);
+        st = enq_token_maps(&q, cu_seqlens, cu_offset, n, total_tokens, pos ? offsets : NULL,
+                            offsets_offset, seq_id, seq_id_offset, pos, pos_offset);
     return cv_chain_end(&q, fn, st, event);
 }
 

@@ -36,6 +36,16 @@
             return seg_try_st_;                                                                \
     } while (0)
 
+/* In a function with one cleanup block at `out:`: stores expr's status in
+ * st and jumps there on failure (the device paths of host-memory entry
+ * points, which release their buffers whatever happens). */
+#define SEG_TRY_OUT(expr)                                                                      \
+    do {                                                                                       \
+        st = (expr);                                                                           \
+        if (st != CLVARLEN_SUCCESS)                                                            \
+            goto out;                                                                          \
+    } while (0)
+
 /* ------------------------------------------------------------ host-side validation (launch.c) */
 
 /** INVALID_ARGUMENT "<fn>: <what> is NULL" when needed and p is NULL. */
