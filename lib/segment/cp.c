@@ -122,8 +122,11 @@ static clvarlen_status enq_cp_plan_tokens(cv_chain *q, const plan_args *p, cl_ke
     return seg_run(q, k, "segment_cp_plan_tokens", global, local);
 }
 
+/* With device checks, cu_seqlens is checked first (it is the caller's). */
 static clvarlen_status enq_cp_plan(cv_chain *q, const plan_args *p)
 {
+    if (q->flag)
+        SEG_TRY(cv_chain_check_cu_seqlens(q, p->cu, p->cu_off, p->n, -1));
     bool want_tokens = p->global_index || p->position;
     bool tokens = want_tokens && p->capacity > 0 && p->n > 0;
     cl_kernel k = NULL;
@@ -186,6 +189,8 @@ static void cp_rows_tail_args(cv_args *a, const cp_rows_args *c, const seg_geo *
 static clvarlen_status enq_cp_rows(cv_chain *q, const cp_rows_args *c)
 {
     clvarlen_context *ctx = q->ctx;
+    if (q->flag)
+        SEG_TRY(cv_chain_check_cu_seqlens(q, c->cu, c->cu_off, c->n, c->total_tokens));
     if (c->n <= 0 || c->total_tokens <= 0)
         return CLVARLEN_SUCCESS;
     bool acc = !c->to_local && c->mode == CLVARLEN_SCATTER_ACCUMULATE;
@@ -531,8 +536,6 @@ clvarlen_status clvarlen_cl_cp_plan(clvarlen_context *ctx, cl_mem cu_seqlens, si
     };
     cv_chain q;
     clvarlen_status st = cv_chain_begin(&q, ctx, num_events, wait_list, ctx->device_checks != 0);
-    if (st == CLVARLEN_SUCCESS && q.flag)
-        st = cv_chain_check_cu_seqlens(&q, cu_seqlens, cu_offset, n, -1);
     if (st == CLVARLEN_SUCCESS)
         st = enq_cp_plan(&q, &p);
     return cv_chain_end(&q, fn, st, event);
@@ -573,8 +576,6 @@ static clvarlen_status cl_cp_rows(clvarlen_context *ctx, const char *fn, cp_rows
     c->zero_rest = !c->to_local && (flags & CLVARLEN_SCATTER_ZERO_REST);
     cv_chain q;
     clvarlen_status st = cv_chain_begin(&q, ctx, num_events, wait_list, ctx->device_checks != 0);
-    if (st == CLVARLEN_SUCCESS && q.flag)
-        st = cv_chain_check_cu_seqlens(&q, c->cu, c->cu_off, c->n, c->total_tokens);
     if (st == CLVARLEN_SUCCESS)
         st = enq_cp_rows(&q, c);
     return cv_chain_end(&q, fn, st, event);

@@ -1,3 +1,7 @@
+/* What the segment family's operations share: host-side argument checks,
+ * kernel loading (which program and -D options), launch geometry, the
+ * temp buffer, and the generic row copy and map inversion that pack,
+ * unpack, gather and scatter build on. */
 #include "segment/segment.h"
 
 /* ================================================================ host-side validation */
@@ -27,11 +31,8 @@ clvarlen_status seg_rows_geom(clvarlen_context *ctx, const char *fn, const char 
                                  clvarlen_dtype dtype, int64_t row_elems, int64_t rows,
                                  int64_t stride, const void *ptr, seg_rows *g)
 {
-    clvarlen_status st = cv_check_rows(ctx, fn, what, dtype, row_elems, rows, stride, &stride);
-    if (st != CLVARLEN_SUCCESS)
-        return st;
-    if ((st = seg_need(ctx, fn, what, ptr, rows > 0)) != CLVARLEN_SUCCESS)
-        return st;
+    SEG_TRY(cv_check_rows(ctx, fn, what, dtype, row_elems, rows, stride, &stride));
+    SEG_TRY(seg_need(ctx, fn, what, ptr, rows > 0));
     size_t es = cv_dtype_size(dtype);
     g->row_bytes = (size_t)row_elems * es;
     g->stride_b = (size_t)stride * es;
@@ -338,17 +339,14 @@ clvarlen_status seg_upload(clvarlen_context *ctx, const void *host, size_t bytes
 
 /* ---------------------------------------------------------------- building blocks */
 
-clvarlen_status seg_enq_scan_lengths(cv_chain *q, cl_mem len,
-                                        size_t len_off, int64_t n, int64_t max_len,
-                                        int64_t capacity, cl_mem cu, size_t cu_off,
-                                        cl_mem total_out, size_t total_off, cl_mem scratch)
+clvarlen_status seg_enq_scan_lengths(cv_chain *q, cl_mem len, size_t len_off, int64_t n,
+                                     int64_t max_len, int64_t capacity, cl_mem cu, size_t cu_off,
+                                     cl_mem total_out, size_t total_off, cl_mem scratch)
 {
     cl_mem flag = q->flag;
     cl_int check = q->flag != NULL;
     cl_kernel k;
-    clvarlen_status st = seg_kernel(q->ctx, SEC_SCANS, 0, -1, "segment_scan_lengths", &k);
-    if (st != CLVARLEN_SUCCESS)
-        return st;
+    SEG_TRY(seg_kernel(q->ctx, SEC_SCANS, 0, -1, "segment_scan_lengths", &k));
     cl_ulong lo = len_off, co = cu_off, to = total_off;
     cl_int nn = (cl_int)n, ml = (cl_int)CV_MIN(max_len, (int64_t)INT32_MAX);
     cl_long cap = capacity;
@@ -372,21 +370,18 @@ clvarlen_status seg_enq_scan_lengths(cv_chain *q, cl_mem len,
 }
 
 /* inv[0..rows) = -1 (at byte inv_off), then inv[map[i]] = i. */
-clvarlen_status seg_enq_invert(cv_chain *q, cl_mem m32, cl_mem m64,
-                                  size_t map_off, int64_t n, int64_t rows, cl_mem inv,
-                                  size_t inv_off)
+clvarlen_status seg_enq_invert(cv_chain *q, cl_mem m32, cl_mem m64, size_t map_off, int64_t n,
+                               int64_t rows, cl_mem inv, size_t inv_off)
 {
     cl_mem flag = q->flag;
     cl_int check = q->flag != NULL;
     static const cl_int minus1 = -1;
-    clvarlen_status st =
-        cv_chain_fill(q, inv, &minus1, sizeof minus1, inv_off, (size_t)rows * sizeof(cl_int));
-    if (st != CLVARLEN_SUCCESS || n <= 0)
-        return st;
+    SEG_TRY(cv_chain_fill(q, inv, &minus1, sizeof minus1, inv_off,
+                          (size_t)rows * sizeof(cl_int)));
+    if (n <= 0)
+        return CLVARLEN_SUCCESS;
     cl_kernel k;
-    st = seg_kernel(q->ctx, SEC_MAPS, 0, -1, "segment_invert_map", &k);
-    if (st != CLVARLEN_SUCCESS)
-        return st;
+    SEG_TRY(seg_kernel(q->ctx, SEC_MAPS, 0, -1, "segment_invert_map", &k));
     cl_ulong o = map_off, io = inv_off;
     cl_long nn = n, lim = rows;
     cv_args a = cv_args_begin(k);
@@ -425,10 +420,8 @@ clvarlen_status seg_enq_copy(cv_chain *q, const copy_args *c)
         units = (int64_t)(row_bytes / (size_t)unit);
     }
     cl_kernel k;
-    clvarlen_status st =
-        seg_kernel(q->ctx, acc >= 0 ? SEC_ACC : SEC_COPY, unit, acc, "segment_copy_rows", &k);
-    if (st != CLVARLEN_SUCCESS)
-        return st;
+    SEG_TRY(seg_kernel(q->ctx, acc >= 0 ? SEC_ACC : SEC_COPY, unit, acc, "segment_copy_rows",
+                       &k));
     seg_geo g;
     seg_row_geo(q->ctx, units, c->n_rows, &g);
     cl_ulong so = c->src_off, ss = c->src_stride_b, doff = c->dst_off, ds = c->dst_stride_b;
@@ -493,10 +486,10 @@ clvarlen_status seg_check_cl_limits(clvarlen_context *ctx, const char *fn, size_
 clvarlen_status seg_cl_arg(clvarlen_context *ctx, const char *fn, const char *what, cl_mem mem,
                               size_t offset, size_t align, bool needed)
 {
-    clvarlen_status st = seg_need(ctx, fn, what, mem, needed);
-    if (st == CLVARLEN_SUCCESS && mem)
-        st = cv_check_offset(ctx, fn, what, offset, align);
-    return st;
+    SEG_TRY(seg_need(ctx, fn, what, mem, needed));
+    if (!mem)
+        return CLVARLEN_SUCCESS;
+    return cv_check_offset(ctx, fn, what, offset, align);
 }
 
 #endif /* CLVARLEN_HAVE_OPENCL */

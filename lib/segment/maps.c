@@ -15,12 +15,12 @@ static clvarlen_status enq_lengths_from_cu(cv_chain *q, cl_mem cu, size_t cu_off
 {
     cl_mem flag = q->flag;
     cl_int check = q->flag != NULL;
+    if (check)
+        SEG_TRY(cv_chain_check_cu_seqlens(q, cu, cu_off, n, -1));
     if (n <= 0)
         return CLVARLEN_SUCCESS;
     cl_kernel k;
-    clvarlen_status st = seg_kernel(q->ctx, SEC_MAPS, 0, -1, "segment_lengths_from_cu", &k);
-    if (st != CLVARLEN_SUCCESS)
-        return st;
+    SEG_TRY(seg_kernel(q->ctx, SEC_MAPS, 0, -1, "segment_lengths_from_cu", &k));
     cl_ulong co = cu_off, lo = len_off;
     cl_int nn = (cl_int)n;
     cv_args a = cv_args_begin(k);
@@ -44,12 +44,12 @@ static clvarlen_status enq_token_maps(cv_chain *q, cl_mem cu, size_t cu_off, int
 {
     cl_mem flag = q->flag;
     cl_int check = q->flag != NULL;
+    if (check)
+        SEG_TRY(cv_chain_check_cu_seqlens(q, cu, cu_off, n, total));
     if (n <= 0 || total <= 0)
         return CLVARLEN_SUCCESS;
     cl_kernel k;
-    clvarlen_status st = seg_kernel(q->ctx, SEC_MAPS, 0, -1, "segment_token_maps", &k);
-    if (st != CLVARLEN_SUCCESS)
-        return st;
+    SEG_TRY(seg_kernel(q->ctx, SEC_MAPS, 0, -1, "segment_token_maps", &k));
     cl_ulong co = cu_off, oo = offsets_off, so = seq_off, po = pos_off;
     cl_int nn = (cl_int)n;
     cl_long tot = total;
@@ -264,8 +264,6 @@ clvarlen_status clvarlen_cl_lengths_from_cu_seqlens(clvarlen_context *ctx, cl_me
     SEG_TRY(seg_cl_arg(ctx, fn, "lengths", lengths, lengths_offset, 4, n > 0));
     cv_chain q;
     clvarlen_status st = cv_chain_begin(&q, ctx, num_events, wait_list, ctx->device_checks != 0);
-    if (st == CLVARLEN_SUCCESS && q.flag)
-        st = cv_chain_check_cu_seqlens(&q, cu_seqlens, cu_offset, n, -1);
     if (st == CLVARLEN_SUCCESS)
         st = enq_lengths_from_cu(&q, cu_seqlens, cu_offset, n, lengths, lengths_offset);
     return cv_chain_end(&q, fn, st, event);
@@ -294,8 +292,6 @@ clvarlen_status clvarlen_cl_token_maps(clvarlen_context *ctx, cl_mem cu_seqlens,
     SEG_TRY(seg_cl_arg(ctx, fn, "pos", pos, pos_offset, 4, false));
     cv_chain q;
     clvarlen_status st = cv_chain_begin(&q, ctx, num_events, wait_list, ctx->device_checks != 0);
-    if (st == CLVARLEN_SUCCESS && q.flag)
-        st = cv_chain_check_cu_seqlens(&q, cu_seqlens, cu_offset, n, total_tokens);
     if (st == CLVARLEN_SUCCESS)
         st = enq_token_maps(&q, cu_seqlens, cu_offset, n, total_tokens, pos ? offsets : NULL,
                             offsets_offset, seq_id, seq_id_offset, pos, pos_offset);

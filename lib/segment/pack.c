@@ -43,9 +43,7 @@ static clvarlen_status enq_pack_fused(cv_chain *q, const pack_args *p)
     size_t v[3] = {p->padded_off, p->packed_off, p->padded_stride_b};
     int unit = seg_pick_unit(row_bytes, v, 3);
     cl_kernel k;
-    clvarlen_status st = seg_kernel(ctx, SEC_COPY, unit, -1, "segment_pack_fused", &k);
-    if (st != CLVARLEN_SUCCESS)
-        return st;
+    SEG_TRY(seg_kernel(ctx, SEC_COPY, unit, -1, "segment_pack_fused", &k));
     seg_geo g;
     seg_fused_geo(ctx, (int64_t)(row_bytes / (size_t)unit), rows_max, &g);
     cl_ulong lo = p->valid_lens_off, co = p->cu_off, to = p->total_off, so = p->padded_off,
