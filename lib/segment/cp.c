@@ -1,7 +1,7 @@
 /* Context parallelism (SPEC 2.5): the per-document plan (a scan in
  * cl/segment-scan.cl, per-token arrays in cl/segment-maps.cl) and the CP row
  * gather and scatter (cl/segment.cl; fused with their scan up to
- * SEG_FUSE_MAX documents). */
+ * CV_SEG_FUSE_MAX documents). */
 #include "segment/segment.h"
 
 /* CP arguments: world >= 1 (2W fits int), 0 <= rank < world. */
@@ -48,7 +48,7 @@ static clvarlen_status enq_cp_scan(cv_chain *q, cl_mem cu, size_t cu_off, int64_
     cl_mem flag = q->flag;
     cl_int check = q->flag != NULL;
     cl_kernel k;
-    SEG_TRY(seg_kernel(q->ctx, SEC_SCANS, 0, -1, "segment_cp_scan", &k));
+    SEG_TRY(seg_kernel(q->ctx, SEG_PROG_SCANS, 0, -1, "segment_cp_scan", &k));
     cl_ulong co = cu_off, lo = o->local_off, ho = o->head_off, tlo = o->tail_off,
              to = o->total_off;
     cl_int nn = (cl_int)n, w = world, r = rank;
@@ -131,7 +131,7 @@ static clvarlen_status enq_cp_plan(cv_chain *q, const plan_args *p)
     bool tokens = want_tokens && p->capacity > 0 && p->n > 0;
     cl_kernel k = NULL;
     if (tokens)
-        SEG_TRY(seg_kernel(q->ctx, SEC_MAPS, 0, -1, "segment_cp_plan_tokens", &k));
+        SEG_TRY(seg_kernel(q->ctx, SEG_PROG_MAPS, 0, -1, "segment_cp_plan_tokens", &k));
     cl_mem scratch = NULL; /* the local total, at byte 0 of the temp buffer */
     SEG_TRY(seg_temp(q, 0, &scratch));
     SEG_TRY(enq_cp_scan(q, p->cu, p->cu_off, p->n, p->world, p->rank,
@@ -184,7 +184,7 @@ static void cp_rows_tail_args(cv_args *a, const cp_rows_args *c, const seg_geo *
 }
 
 /* Local offsets into a temporary, then one row kernel (over local rows, or
- * over global rows when the rest is zeroed); up to SEG_FUSE_MAX documents,
+ * over global rows when the rest is zeroed); up to CV_SEG_FUSE_MAX documents,
  * each work-group scans the offsets itself (one launch). */
 static clvarlen_status enq_cp_rows(cv_chain *q, const cp_rows_args *c)
 {
@@ -203,10 +203,10 @@ static clvarlen_status enq_cp_rows(cv_chain *q, const cp_rows_args *c)
         unit = seg_pick_unit(row_bytes, v, 4);
         units = (int64_t)(row_bytes / (size_t)unit);
     }
-    bool fused = c->n <= SEG_FUSE_MAX;
+    bool fused = c->n <= CV_SEG_FUSE_MAX;
     const char *name = fused ? "segment_cp_rows_fused" : "segment_cp_rows";
     cl_kernel k;
-    SEG_TRY(seg_kernel(ctx, acc ? SEC_ACC : SEC_COPY, unit, acc ? seg_acc_code(c->dtype) : -1,
+    SEG_TRY(seg_kernel(ctx, acc ? SEG_PROG_ACC : SEG_PROG_COPY, unit, acc ? cv_dtype_kernel_code(c->dtype) : -1,
                        name, &k));
     int64_t n_iter = over_global ? c->total_tokens : CV_MIN(c->local_capacity, c->total_tokens);
     cl_ulong co = c->cu_off, lco = SEG_TEMP_OFF;

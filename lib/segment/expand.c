@@ -35,7 +35,7 @@ static clvarlen_status enq_expand(cv_chain *q, const expand_args *e)
         SEG_TRY(cv_chain_check_range(q, e->q_len, NULL, e->q_off, e->n, 0,
                                      (int64_t)INT32_MAX + 1, false, CV_CHECK_VALUE));
     cl_kernel k;
-    SEG_TRY(seg_kernel(ctx, SEC_EXPAND, 0, -1, "segment_seqlens_expand", &k));
+    SEG_TRY(seg_kernel(ctx, SEG_PROG_EXPAND, 0, -1, "segment_seqlens_expand", &k));
     size_t wg = seg_expand_wg(ctx);
     cl_ulong ko = e->kv_off, qo = e->q_off, pto = e->pt_off, seo = e->se_off, poo = e->po_off,
              to = e->total_off;

@@ -49,7 +49,7 @@ static clvarlen_status enq_gen(cv_chain *q, uint64_t seed, int32_t world, int32_
         return st;
     }
     cl_kernel k;
-    SEG_TRY(seg_kernel(ctx, SEC_GEN, 0, -1, "segment_gen_seq_lens", &k));
+    SEG_TRY(seg_kernel(ctx, SEG_PROG_GEN, 0, -1, "segment_gen_seq_lens", &k));
     cl_ulong sd = seed, oo = out_off;
     cl_int w = world, nn = n, tot = (cl_int)total;
     cv_args a = cv_args_begin(k);

@@ -144,8 +144,6 @@ clvarlen_status seg_check_indices(clvarlen_context *ctx, const char *fn, const c
 
 #if CLVARLEN_HAVE_OPENCL
 
-#define SEG_FILE "segment.cl"
-
 size_t seg_copy_wg(const clvarlen_context *ctx)
 {
     return (size_t)cv_pow2_floor(ctx->tuning.copy_wg ? (int64_t)ctx->tuning.copy_wg : 64);
@@ -164,21 +162,10 @@ size_t seg_expand_wg(const clvarlen_context *ctx)
                                  : seg_scan_wg(ctx);
 }
 
-/* Units each lane of a row copy loads before storing, and the fewest lanes
- * per row (8 x 16 B keeps a warp's accesses in 128-byte runs); measured on
- * an H100: 4 and 8 beat 1 and 1 by up to 5% for 256 B - 4 KiB rows. */
-#define SEG_COPY_UNROLL 4
+/* The fewest lanes per row of a row copy (8 x 16 B keeps a warp's accesses
+ * in 128-byte runs); measured on an H100: 8 beats 1 by up to 5% for
+ * 256 B - 4 KiB rows. Each lane loads CV_SEG_UNROLL units (cl/cv-shared.h). */
 #define SEG_MIN_LANES 8
-
-static int copy_unroll(void)
-{
-    return SEG_COPY_UNROLL;
-}
-
-static size_t copy_min_lanes(void)
-{
-    return SEG_MIN_LANES;
-}
 
 /* Destination rows per group of the ordered accumulate: its f32 tile stays at 16 KiB. */
 size_t seg_acc_rows(const clvarlen_context *ctx)
@@ -187,49 +174,42 @@ size_t seg_acc_rows(const clvarlen_context *ctx)
     return r < 1 ? 1 : r > 32 ? 32 : r;
 }
 
-/* The kernel's dtype code (cl/common.clh CV_DT_*, 3 = i32). */
-int seg_acc_code(clvarlen_dtype dtype)
+/* Each program of the family is one file of cl/. -D options: the scan
+ * work-group size sizes the scans' local arrays, the row unit specialises
+ * copies, the dtype code accumulation. */
+clvarlen_status seg_kernel(clvarlen_context *ctx, int program, int unit, int acc,
+                           const char *name, cl_kernel *kernel)
 {
-    switch (dtype) {
-    case CLVARLEN_DTYPE_F16: return 1;
-    case CLVARLEN_DTYPE_BF16: return 2;
-    case CLVARLEN_DTYPE_I32: return 3;
-    default: return 0;
-    }
-}
-
-/* -D options per section: the scan work-group size sizes local arrays of
- * the scans, the row unit specialises copies, the dtype accumulation. */
-clvarlen_status seg_kernel(clvarlen_context *ctx, int section, int unit, int acc,
-                                  const char *name, cl_kernel *kernel)
-{
-    char opts[256];
-    switch (section) {
-    case SEC_SCANS:
-        snprintf(opts, sizeof opts, "-DCV_SECTION=1 -DCV_SCAN_WG=%zu", seg_scan_wg(ctx));
+    char opts[256] = "";
+    const char *file = "segment.cl";
+    switch (program) {
+    case SEG_PROG_MAPS:
+        file = "segment-maps.cl";
         break;
-    case SEC_EXPAND: /* section 1 at seqlens_expand's work-group size */
-        snprintf(opts, sizeof opts, "-DCV_SECTION=1 -DCV_SCAN_WG=%zu", seg_expand_wg(ctx));
+    case SEG_PROG_SCANS:
+        file = "segment-scan.cl";
+        snprintf(opts, sizeof opts, "-DCV_SCAN_WG=%zu", seg_scan_wg(ctx));
         break;
-    case SEC_COPY:
+    case SEG_PROG_EXPAND: /* the scans' program at seqlens_expand's work-group size */
+        file = "segment-scan.cl";
+        snprintf(opts, sizeof opts, "-DCV_SCAN_WG=%zu", seg_expand_wg(ctx));
+        break;
+    case SEG_PROG_COPY:
+        snprintf(opts, sizeof opts, "-DCV_UNIT=%d -DCV_SCAN_WG=%zu", unit, seg_scan_wg(ctx));
+        break;
+    case SEG_PROG_ACC:
         snprintf(opts, sizeof opts,
-                 "-DCV_SECTION=2 -DCV_UNIT=%d -DCV_UNROLL=%d -DCV_SCAN_WG=%zu -DCV_FUSE_MAX=%d",
-                 unit, copy_unroll(), seg_scan_wg(ctx), SEG_FUSE_MAX);
+                 "-DCV_ACC=1 -DCV_DTYPE=%d -DCV_COPY_WG=%zu -DCV_ACC_ROWS=%zu -DCV_SCAN_WG=%zu",
+                 acc, seg_copy_wg(ctx), seg_acc_rows(ctx), seg_scan_wg(ctx));
         break;
-    case SEC_ACC:
-        snprintf(opts, sizeof opts,
-                 "-DCV_SECTION=3 -DCV_DTYPE=%d -DCV_COPY_WG=%zu -DCV_ACC_ROWS=%zu "
-                 "-DCV_SCAN_WG=%zu -DCV_FUSE_MAX=%d",
-                 acc, seg_copy_wg(ctx), seg_acc_rows(ctx), seg_scan_wg(ctx), SEG_FUSE_MAX);
-        break;
-    case SEC_GEN:
-        snprintf(opts, sizeof opts, "-DCV_SECTION=4 -cl-fp32-correctly-rounded-divide-sqrt");
+    case SEG_PROG_GEN:
+        file = "segment-gen.cl";
+        snprintf(opts, sizeof opts, "-cl-fp32-correctly-rounded-divide-sqrt");
         break;
     default:
-        snprintf(opts, sizeof opts, "-DCV_SECTION=0");
-        break;
+        return cv_error(ctx, CLVARLEN_ERROR_INTERNAL, "seg_kernel: unknown program %d", program);
     }
-    return cv_get_kernel(ctx, SEG_FILE, opts, name, kernel);
+    return cv_get_kernel(ctx, file, opts, name, kernel);
 }
 
 /* The widest unit dividing the row and every byte offset and stride. */
@@ -252,10 +232,10 @@ static void row_geo_wg(const clvarlen_context *ctx, size_t wg, int64_t max_group
 {
     /* Enough lanes that each moves about CV_UNROLL units, but at least
      * min_lanes per row so a warp's accesses stay in long contiguous runs. */
-    size_t unroll = (size_t)copy_unroll();
+    size_t unroll = CV_SEG_UNROLL;
     const int64_t u = units > 0 ? (int64_t)units : 1;
     size_t lpr = (size_t)cv_pow2_ceil((u + (int64_t)unroll - 1) / (int64_t)unroll);
-    size_t floor_lanes = CV_MIN((size_t)cv_pow2_ceil(u), copy_min_lanes());
+    size_t floor_lanes = CV_MIN((size_t)cv_pow2_ceil(u), (size_t)SEG_MIN_LANES);
     if (lpr < floor_lanes)
         lpr = floor_lanes;
     if (lpr > wg)
@@ -346,7 +326,7 @@ clvarlen_status seg_enq_scan_lengths(cv_chain *q, cl_mem len, size_t len_off, in
     cl_mem flag = q->flag;
     cl_int check = q->flag != NULL;
     cl_kernel k;
-    SEG_TRY(seg_kernel(q->ctx, SEC_SCANS, 0, -1, "segment_scan_lengths", &k));
+    SEG_TRY(seg_kernel(q->ctx, SEG_PROG_SCANS, 0, -1, "segment_scan_lengths", &k));
     cl_ulong lo = len_off, co = cu_off, to = total_off;
     cl_int nn = (cl_int)n, ml = (cl_int)CV_MIN(max_len, (int64_t)INT32_MAX);
     cl_long cap = capacity;
@@ -381,7 +361,7 @@ clvarlen_status seg_enq_invert(cv_chain *q, cl_mem m32, cl_mem m64, size_t map_o
     if (n <= 0)
         return CLVARLEN_SUCCESS;
     cl_kernel k;
-    SEG_TRY(seg_kernel(q->ctx, SEC_MAPS, 0, -1, "segment_invert_map", &k));
+    SEG_TRY(seg_kernel(q->ctx, SEG_PROG_MAPS, 0, -1, "segment_invert_map", &k));
     cl_ulong o = map_off, io = inv_off;
     cl_long nn = n, lim = rows;
     cv_args a = cv_args_begin(k);
@@ -412,7 +392,7 @@ clvarlen_status seg_enq_copy(cv_chain *q, const copy_args *c)
     int unit = 0, acc = -1;
     int64_t units;
     if (c->accumulate) {
-        acc = seg_acc_code(c->dtype);
+        acc = cv_dtype_kernel_code(c->dtype);
         units = c->row_elems;
     } else {
         size_t v[4] = {c->src_off, c->dst_off, c->src_stride_b, c->dst_stride_b};
@@ -420,7 +400,7 @@ clvarlen_status seg_enq_copy(cv_chain *q, const copy_args *c)
         units = (int64_t)(row_bytes / (size_t)unit);
     }
     cl_kernel k;
-    SEG_TRY(seg_kernel(q->ctx, acc >= 0 ? SEC_ACC : SEC_COPY, unit, acc, "segment_copy_rows",
+    SEG_TRY(seg_kernel(q->ctx, acc >= 0 ? SEG_PROG_ACC : SEG_PROG_COPY, unit, acc, "segment_copy_rows",
                        &k));
     seg_geo g;
     seg_row_geo(q->ctx, units, c->n_rows, &g);

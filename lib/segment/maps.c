@@ -20,7 +20,7 @@ static clvarlen_status enq_lengths_from_cu(cv_chain *q, cl_mem cu, size_t cu_off
     if (n <= 0)
         return CLVARLEN_SUCCESS;
     cl_kernel k;
-    SEG_TRY(seg_kernel(q->ctx, SEC_MAPS, 0, -1, "segment_lengths_from_cu", &k));
+    SEG_TRY(seg_kernel(q->ctx, SEG_PROG_MAPS, 0, -1, "segment_lengths_from_cu", &k));
     cl_ulong co = cu_off, lo = len_off;
     cl_int nn = (cl_int)n;
     cv_args a = cv_args_begin(k);
@@ -49,7 +49,7 @@ static clvarlen_status enq_token_maps(cv_chain *q, cl_mem cu, size_t cu_off, int
     if (n <= 0 || total <= 0)
         return CLVARLEN_SUCCESS;
     cl_kernel k;
-    SEG_TRY(seg_kernel(q->ctx, SEC_MAPS, 0, -1, "segment_token_maps", &k));
+    SEG_TRY(seg_kernel(q->ctx, SEG_PROG_MAPS, 0, -1, "segment_token_maps", &k));
     cl_ulong co = cu_off, oo = offsets_off, so = seq_off, po = pos_off;
     cl_int nn = (cl_int)n;
     cl_long tot = total;

@@ -32,7 +32,7 @@ typedef struct pack_args {
  * form: per-row counts, the same scan, per-row index scans into src_index
  * (or a temporary), then a row gather bounded by the scanned total.
  */
-/* Prefix form with batch <= SEG_FUSE_MAX: scan and rows in one launch. */
+/* Prefix form with batch <= CV_SEG_FUSE_MAX: scan and rows in one launch. */
 static clvarlen_status enq_pack_fused(cv_chain *q, const pack_args *p)
 {
     cl_mem flag = q->flag;
@@ -43,7 +43,7 @@ static clvarlen_status enq_pack_fused(cv_chain *q, const pack_args *p)
     size_t v[3] = {p->padded_off, p->packed_off, p->padded_stride_b};
     int unit = seg_pick_unit(row_bytes, v, 3);
     cl_kernel k;
-    SEG_TRY(seg_kernel(ctx, SEC_COPY, unit, -1, "segment_pack_fused", &k));
+    SEG_TRY(seg_kernel(ctx, SEG_PROG_COPY, unit, -1, "segment_pack_fused", &k));
     seg_geo g;
     seg_fused_geo(ctx, (int64_t)(row_bytes / (size_t)unit), rows_max, &g);
     cl_ulong lo = p->valid_lens_off, co = p->cu_off, to = p->total_off, so = p->padded_off,
@@ -78,7 +78,7 @@ static clvarlen_status enq_pack_fused(cv_chain *q, const pack_args *p)
     return seg_run(q, k, "segment_pack_fused", g.global, g.local);
 }
 
-/* Prefix form, batch > SEG_FUSE_MAX: the scan, then segment_pack_rows. */
+/* Prefix form, batch > CV_SEG_FUSE_MAX: the scan, then segment_pack_rows. */
 static clvarlen_status enq_pack_prefix(cv_chain *q, const pack_args *p)
 {
     clvarlen_context *ctx = q->ctx;
@@ -89,7 +89,7 @@ static clvarlen_status enq_pack_prefix(cv_chain *q, const pack_args *p)
     size_t v[3] = {p->padded_off, p->packed_off, p->padded_stride_b};
     int unit = seg_pick_unit(row_bytes, v, 3);
     cl_kernel k;
-    SEG_TRY(seg_kernel(ctx, SEC_COPY, unit, -1, "segment_pack_rows", &k));
+    SEG_TRY(seg_kernel(ctx, SEG_PROG_COPY, unit, -1, "segment_pack_rows", &k));
     cl_mem scratch = NULL; /* the scanned total, at byte 0 of the temp buffer */
     SEG_TRY(seg_temp(q, 0, &scratch));
     SEG_TRY(seg_enq_scan_lengths(q, p->valid_lens, p->valid_lens_off, p->batch, p->max_seqlen,
@@ -193,8 +193,8 @@ static clvarlen_status enq_pack_masked(cv_chain *q, const pack_args *p)
     int64_t rows_max = CV_MIN(p->capacity, p->batch * p->max_seqlen);
     size_t row_bytes = (size_t)p->row_elems * cv_dtype_size(p->dtype);
     cl_kernel k_count, k_index;
-    SEG_TRY(seg_kernel(ctx, SEC_SCANS, 0, -1, "segment_mask_count", &k_count));
-    SEG_TRY(seg_kernel(ctx, SEC_SCANS, 0, -1, "segment_mask_index", &k_index));
+    SEG_TRY(seg_kernel(ctx, SEG_PROG_SCANS, 0, -1, "segment_mask_count", &k_count));
+    SEG_TRY(seg_kernel(ctx, SEG_PROG_SCANS, 0, -1, "segment_mask_index", &k_index));
     /* temp: scratch word, counts [batch], then the index when the caller
      * wants no src_index */
     size_t counts_off = SEG_TEMP_OFF;
@@ -236,7 +236,7 @@ static clvarlen_status enq_pack(cv_chain *q, const pack_args *p)
 {
     if (p->mask)
         return enq_pack_masked(q, p);
-    if (p->batch <= SEG_FUSE_MAX)
+    if (p->batch <= CV_SEG_FUSE_MAX)
         return enq_pack_fused(q, p);
     return enq_pack_prefix(q, p);
 }

@@ -53,7 +53,7 @@ static clvarlen_status enq_scatter_ordered(cv_chain *q, const rows_args *r, bool
     cl_mem flag = q->flag;
     cl_int check = q->flag != NULL;
     cl_kernel k;
-    SEG_TRY(seg_kernel(ctx, SEC_ACC, 0, seg_acc_code(r->dtype), "segment_scatter_add_ordered",
+    SEG_TRY(seg_kernel(ctx, SEG_PROG_ACC, 0, cv_dtype_kernel_code(r->dtype), "segment_scatter_add_ordered",
                        &k));
     cl_ulong so = r->src_off, ss = r->src_stride_b, io = r->index_off, doff = r->dst_off,
              ds = r->dst_stride_b;

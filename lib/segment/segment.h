@@ -90,24 +90,29 @@ clvarlen_status seg_check_indices(clvarlen_context *ctx, const char *fn, const c
  * (a device-computed total) is at byte 0. */
 #define SEG_TEMP_OFF 64
 
-/* Sequences up to which pack and CP rows fuse their scan into the row
- * kernel (one launch; the scan lives in local memory, 8 KiB). */
-#define SEG_FUSE_MAX 2048
-
-/* The kernel programs of the family: which file and -D options (seg_kernel). */
-enum { SEC_MAPS = 0, SEC_SCANS = 1, SEC_COPY = 2, SEC_ACC = 3, SEC_GEN = 4, SEC_EXPAND = 5 };
+/* The family's kernel programs (seg_kernel picks the file and -D options):
+ * element-wise maps (cl/segment-maps.cl), single-work-group scans and
+ * seqlens_expand (cl/segment-scan.cl, at two work-group sizes), row copies
+ * and accumulating row kernels (cl/segment.cl), gen_seq_lens
+ * (cl/segment-gen.cl). */
+enum {
+    SEG_PROG_MAPS,
+    SEG_PROG_SCANS,
+    SEG_PROG_EXPAND,
+    SEG_PROG_COPY,
+    SEG_PROG_ACC,
+    SEG_PROG_GEN,
+};
 
 size_t seg_copy_wg(const clvarlen_context *ctx);
 size_t seg_scan_wg(const clvarlen_context *ctx);
 size_t seg_expand_wg(const clvarlen_context *ctx);
 /** Destination rows per group of the ordered accumulate. */
 size_t seg_acc_rows(const clvarlen_context *ctx);
-/** The kernels' dtype code of accumulated rows (CV_DT_*). */
-int seg_acc_code(clvarlen_dtype dtype);
 
-/** Kernel `name` of program `section`, with the row unit (copies) or the
- * accumulation dtype code (acc) as -D options. */
-clvarlen_status seg_kernel(clvarlen_context *ctx, int section, int unit, int acc,
+/** Kernel `name` of `program` (SEG_PROG_*), with the row unit (copies) or
+ * the accumulation dtype code (acc, CV_DT_*) as -D options. */
+clvarlen_status seg_kernel(clvarlen_context *ctx, int program, int unit, int acc,
                            const char *name, cl_kernel *kernel);
 /** The widest unit dividing the row and every byte offset and stride. */
 int seg_pick_unit(size_t row_bytes, const size_t *v, int nv);
