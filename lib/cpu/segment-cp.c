@@ -94,7 +94,7 @@ static void cp_run(cp_job *j, int64_t s, int64_t a, int64_t b)
             continue;
         if (j->zero_rest && cursor < lo)
             cv_cpu_zero_rows(j->global + (size_t)(j->cu[s] + cursor) * j->gstride, j->gstride,
-                      lo - cursor, j->row_bytes);
+                             lo - cursor, j->row_bytes);
         char *g = j->global + (size_t)(j->cu[s] + lo) * j->gstride;
         char *l = j->local + (size_t)(owned[h][2] + lo) * j->lstride;
         if (j->to_local) {
@@ -103,15 +103,15 @@ static void cp_run(cp_job *j, int64_t s, int64_t a, int64_t b)
             static const int64_t zero = 0;
             for (int64_t k = 0; k < hi - lo; k++)
                 cv_cpu_acc_row(j->dtype, j->row_elems, g + (size_t)k * j->gstride,
-                        l + (size_t)k * j->lstride, 0, &zero, 1);
+                               l + (size_t)k * j->lstride, 0, &zero, 1);
         } else {
             cv_cpu_copy_rows(g, j->gstride, l, j->lstride, hi - lo, j->row_bytes);
         }
         cursor = hi;
     }
     if (j->zero_rest && cursor < b)
-        cv_cpu_zero_rows(j->global + (size_t)(j->cu[s] + cursor) * j->gstride, j->gstride, b - cursor,
-                  j->row_bytes);
+        cv_cpu_zero_rows(j->global + (size_t)(j->cu[s] + cursor) * j->gstride, j->gstride,
+                         b - cursor, j->row_bytes);
 }
 
 static void cp_rows_task(void *arg, int64_t begin, int64_t end)

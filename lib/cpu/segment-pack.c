@@ -30,8 +30,8 @@ static void pack_prefix_task(void *arg, int64_t begin, int64_t end)
         int64_t s0 = t - j->cu[b];
         int64_t src_row = b * j->max_seqlen + s0;
         cv_cpu_copy_rows(j->packed + (size_t)t * j->row_bytes, j->row_bytes,
-                  j->padded + (size_t)src_row * j->padded_stride, j->padded_stride, run_end - t,
-                  j->row_bytes);
+                         j->padded + (size_t)src_row * j->padded_stride, j->padded_stride,
+                         run_end - t, j->row_bytes);
         if (j->src_index)
             for (int64_t k = t; k < run_end; k++)
                 j->src_index[k] = src_row + (k - t);
@@ -62,8 +62,8 @@ static void gather64_task(void *arg, int64_t begin, int64_t end)
         while (t + run < end && j->gather[t + run] == j->gather[t] + run)
             run++;
         cv_cpu_copy_rows(j->packed + (size_t)t * j->row_bytes, j->row_bytes,
-                  j->padded + (size_t)j->gather[t] * j->padded_stride, j->padded_stride, run,
-                  j->row_bytes);
+                         j->padded + (size_t)j->gather[t] * j->padded_stride, j->padded_stride, run,
+                         j->row_bytes);
         t += run;
     }
 }
@@ -92,7 +92,8 @@ clvarlen_status cv_cpu_pack(clvarlen_context *ctx, size_t row_bytes, const void 
             cv_pool_for(cv_base(ctx)->pool, batch, 1, mask_index_task, &j);
             cv_pool_for(cv_base(ctx)->pool, total, cv_cpu_rows_grain(row_bytes), gather64_task, &j);
         } else {
-            cv_pool_for(cv_base(ctx)->pool, total, cv_cpu_rows_grain(row_bytes), pack_prefix_task, &j);
+            cv_pool_for(cv_base(ctx)->pool, total, cv_cpu_rows_grain(row_bytes), pack_prefix_task,
+                        &j);
         }
     }
     if (index != src_index)
@@ -121,17 +122,17 @@ static void unpack_task(void *arg, int64_t begin, int64_t end)
             while (r + run < end && j->inverse[r + run] == t + run)
                 run++;
             cv_cpu_copy_rows(j->padded + (size_t)r * j->padded_stride, j->padded_stride,
-                      j->packed + (size_t)t * j->packed_stride, j->packed_stride, run,
-                      j->row_bytes);
+                             j->packed + (size_t)t * j->packed_stride, j->packed_stride, run,
+                             j->row_bytes);
         } else {
             while (r + run < end && j->inverse[r + run] < 0)
                 run++;
             if (j->pad_row)
-                cv_cpu_copy_rows(j->padded + (size_t)r * j->padded_stride, j->padded_stride, j->pad_row,
-                          0, run, j->row_bytes);
+                cv_cpu_copy_rows(j->padded + (size_t)r * j->padded_stride, j->padded_stride,
+                                 j->pad_row, 0, run, j->row_bytes);
             else
                 cv_cpu_zero_rows(j->padded + (size_t)r * j->padded_stride, j->padded_stride, run,
-                          j->row_bytes);
+                                 j->row_bytes);
         }
         r += run;
     }

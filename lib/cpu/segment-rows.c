@@ -159,7 +159,8 @@ static void scatter_acc_task(void *arg, int64_t begin, int64_t end)
         char *d = j->dst + (size_t)r * j->dst_stride;
         int64_t k0 = j->row_start[r], k1 = j->row_start[r + 1];
         if (k1 > k0)
-            cv_cpu_acc_row(j->dtype, j->row_elems, d, j->src, j->src_stride, j->order + k0, k1 - k0);
+            cv_cpu_acc_row(j->dtype, j->row_elems, d, j->src, j->src_stride, j->order + k0,
+                           k1 - k0);
         else if (j->zero_rest)
             memset(d, 0, j->row_bytes);
     }

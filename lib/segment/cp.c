@@ -41,9 +41,9 @@ typedef struct cp_scan_out {
     size_t total_off;
 } cp_scan_out;
 
-static clvarlen_status enq_cp_scan(cv_chain *q, cl_mem cu, size_t cu_off, int64_t n,
-                                   int32_t world, int32_t rank, int64_t capacity,
-                                   const cp_scan_out *o, cl_mem scratch)
+static clvarlen_status enq_cp_scan(cv_chain *q, cl_mem cu, size_t cu_off, int64_t n, int32_t world,
+                                   int32_t rank, int64_t capacity, const cp_scan_out *o,
+                                   cl_mem scratch)
 {
     cl_mem flag = q->flag;
     cl_int check = q->flag != NULL;
@@ -206,8 +206,8 @@ static clvarlen_status enq_cp_rows(cv_chain *q, const cp_rows_args *c)
     bool fused = c->n <= CV_SEG_FUSE_MAX;
     const char *name = fused ? "segment_cp_rows_fused" : "segment_cp_rows";
     cl_kernel k;
-    SEG_TRY(seg_kernel(ctx, acc ? SEG_PROG_ACC : SEG_PROG_COPY, unit, acc ? cv_dtype_kernel_code(c->dtype) : -1,
-                       name, &k));
+    SEG_TRY(seg_kernel(ctx, acc ? SEG_PROG_ACC : SEG_PROG_COPY, unit,
+                       acc ? cv_dtype_kernel_code(c->dtype) : -1, name, &k));
     int64_t n_iter = over_global ? c->total_tokens : CV_MIN(c->local_capacity, c->total_tokens);
     cl_ulong co = c->cu_off, lco = SEG_TEMP_OFF;
     cl_int nn = (cl_int)c->n, w = c->world, r = c->rank;
@@ -389,11 +389,11 @@ static clvarlen_status cp_rows_on_device(clvarlen_context *ctx, const cp_host *h
     };
     SEG_TRY_OUT(enq_cp_rows(&q, &c));
     if (h->to_local)
-        SEG_TRY_OUT(seg_read_rows(&q, d_l, h->local, h->lr.row_bytes, h->lr.stride_b,
-                                  h->local_rows));
+        SEG_TRY_OUT(
+            seg_read_rows(&q, d_l, h->local, h->lr.row_bytes, h->lr.stride_b, h->local_rows));
     else
-        SEG_TRY_OUT(seg_read_rows(&q, d_g, h->total, h->gr.row_bytes, h->gr.stride_b,
-                                  h->global_rows));
+        SEG_TRY_OUT(
+            seg_read_rows(&q, d_g, h->total, h->gr.row_bytes, h->gr.stride_b, h->global_rows));
 out:
     cv_chain_abort(&q);
     cv_release(&d_cu);
@@ -416,8 +416,8 @@ static clvarlen_status cp_rows_host(clvarlen_context *ctx, const char *fn, cp_ho
         SEG_TRY(seg_check_scatter_mode(ctx, fn, h->dtype, h->mode, flags));
     h->total = h->cu_seqlens[h->n];
     h->local = cp_local_total(h->cu_seqlens, h->n, h->world, h->rank);
-    SEG_TRY(seg_rows_geom(ctx, fn, "global_rows", h->dtype, h->row_elems, h->total,
-                          global_stride, h->global_rows, &h->gr));
+    SEG_TRY(seg_rows_geom(ctx, fn, "global_rows", h->dtype, h->row_elems, h->total, global_stride,
+                          h->global_rows, &h->gr));
     SEG_TRY(seg_rows_geom(ctx, fn, "local_rows", h->dtype, h->row_elems, h->local, local_stride,
                           h->local_rows, &h->lr));
     if (h->to_local && local_capacity < 0)
@@ -463,12 +463,11 @@ clvarlen_status clvarlen_cp_gather(clvarlen_context *ctx, clvarlen_dtype dtype, 
     return cp_rows_host(ctx, __func__, &h, global_stride, local_stride, local_capacity, 0);
 }
 
-clvarlen_status clvarlen_cp_scatter(clvarlen_context *ctx, clvarlen_dtype dtype,
-                                    int64_t row_elems, const void *local_rows,
-                                    int64_t local_stride, const int32_t *cu_seqlens, int64_t n,
-                                    int32_t world, int32_t rank, void *global_rows,
-                                    int64_t global_stride, clvarlen_scatter_mode mode,
-                                    unsigned flags)
+clvarlen_status clvarlen_cp_scatter(clvarlen_context *ctx, clvarlen_dtype dtype, int64_t row_elems,
+                                    const void *local_rows, int64_t local_stride,
+                                    const int32_t *cu_seqlens, int64_t n, int32_t world,
+                                    int32_t rank, void *global_rows, int64_t global_stride,
+                                    clvarlen_scatter_mode mode, unsigned flags)
 {
     cp_host h = {
         .dtype = dtype,
@@ -488,12 +487,11 @@ clvarlen_status clvarlen_cp_scatter(clvarlen_context *ctx, clvarlen_dtype dtype,
 #if CLVARLEN_HAVE_OPENCL
 
 clvarlen_status clvarlen_cl_cp_plan(clvarlen_context *ctx, cl_mem cu_seqlens, size_t cu_offset,
-                                    int64_t n, int32_t world, int32_t rank,
-                                    cl_mem local_cu_seqlens, size_t local_cu_offset,
-                                    cl_mem head_cu, size_t head_cu_offset, cl_mem tail_cu,
-                                    size_t tail_cu_offset, int64_t capacity, cl_mem global_index,
-                                    size_t global_index_offset, cl_mem position,
-                                    size_t position_offset, cl_mem local_tokens,
+                                    int64_t n, int32_t world, int32_t rank, cl_mem local_cu_seqlens,
+                                    size_t local_cu_offset, cl_mem head_cu, size_t head_cu_offset,
+                                    cl_mem tail_cu, size_t tail_cu_offset, int64_t capacity,
+                                    cl_mem global_index, size_t global_index_offset,
+                                    cl_mem position, size_t position_offset, cl_mem local_tokens,
                                     size_t local_tokens_offset, cl_uint num_events,
                                     const cl_event *wait_list, cl_event *event)
 {
@@ -565,8 +563,7 @@ static clvarlen_status cl_cp_rows(clvarlen_context *ctx, const char *fn, cp_rows
     SEG_TRY(seg_rows_geom(ctx, fn, "global_rows", c->dtype, c->row_elems, c->total_tokens,
                           global_stride, c->global, &gr));
     SEG_TRY(seg_rows_geom(ctx, fn, "local_rows", c->dtype, c->row_elems,
-                          CV_MIN(c->local_capacity, c->total_tokens), local_stride, c->local,
-                          &lr));
+                          CV_MIN(c->local_capacity, c->total_tokens), local_stride, c->local, &lr));
     SEG_TRY(seg_check_cl_limits(ctx, fn, gr.row_bytes, c->total_tokens));
     SEG_TRY(cv_check_offset(ctx, fn, "global_rows", c->g_off, es));
     SEG_TRY(cv_check_offset(ctx, fn, "local_rows", c->l_off, es));
@@ -584,11 +581,11 @@ static clvarlen_status cl_cp_rows(clvarlen_context *ctx, const char *fn, cp_rows
 clvarlen_status clvarlen_cl_cp_gather(clvarlen_context *ctx, clvarlen_dtype dtype,
                                       int64_t row_elems, cl_mem global_rows, size_t global_offset,
                                       int64_t global_stride, int64_t total_tokens,
-                                      cl_mem cu_seqlens, size_t cu_offset, int64_t n,
-                                      int32_t world, int32_t rank, cl_mem local_rows,
-                                      size_t local_offset, int64_t local_stride,
-                                      int64_t local_capacity, cl_uint num_events,
-                                      const cl_event *wait_list, cl_event *event)
+                                      cl_mem cu_seqlens, size_t cu_offset, int64_t n, int32_t world,
+                                      int32_t rank, cl_mem local_rows, size_t local_offset,
+                                      int64_t local_stride, int64_t local_capacity,
+                                      cl_uint num_events, const cl_event *wait_list,
+                                      cl_event *event)
 {
     cp_rows_args c = {
         .dtype = dtype,
@@ -611,15 +608,12 @@ clvarlen_status clvarlen_cl_cp_gather(clvarlen_context *ctx, clvarlen_dtype dtyp
                       event);
 }
 
-clvarlen_status clvarlen_cl_cp_scatter(clvarlen_context *ctx, clvarlen_dtype dtype,
-                                       int64_t row_elems, cl_mem local_rows, size_t local_offset,
-                                       int64_t local_stride, int64_t local_capacity,
-                                       cl_mem cu_seqlens, size_t cu_offset, int64_t n,
-                                       int32_t world, int32_t rank, cl_mem global_rows,
-                                       size_t global_offset, int64_t global_stride,
-                                       int64_t total_tokens, clvarlen_scatter_mode mode,
-                                       unsigned flags, cl_uint num_events,
-                                       const cl_event *wait_list, cl_event *event)
+clvarlen_status clvarlen_cl_cp_scatter(
+    clvarlen_context *ctx, clvarlen_dtype dtype, int64_t row_elems, cl_mem local_rows,
+    size_t local_offset, int64_t local_stride, int64_t local_capacity, cl_mem cu_seqlens,
+    size_t cu_offset, int64_t n, int32_t world, int32_t rank, cl_mem global_rows,
+    size_t global_offset, int64_t global_stride, int64_t total_tokens, clvarlen_scatter_mode mode,
+    unsigned flags, cl_uint num_events, const cl_event *wait_list, cl_event *event)
 {
     cp_rows_args c = {
         .dtype = dtype,

@@ -120,8 +120,7 @@ typedef struct expand_host {
 } expand_host;
 
 #if CLVARLEN_HAVE_OPENCL
-static clvarlen_status expand_on_device(clvarlen_context *ctx, const char *fn,
-                                        const expand_host *h)
+static clvarlen_status expand_on_device(clvarlen_context *ctx, const char *fn, const expand_host *h)
 {
     cv_chain q;
     cv_chain_begin(&q, ctx, 0, NULL, false);
@@ -250,13 +249,14 @@ clvarlen_status clvarlen_seqlens_expand(clvarlen_context *ctx, const int32_t *kv
 
 #if CLVARLEN_HAVE_OPENCL
 
-clvarlen_status clvarlen_cl_seqlens_expand(
-    clvarlen_context *ctx, cl_mem kv_len, size_t kv_len_offset, cl_mem q_len, size_t q_len_offset,
-    int32_t uniform_q_len, int64_t n, cl_mem page_table, size_t page_table_offset,
-    int64_t page_cols, int64_t page_stride, int64_t col_limit, int64_t capacity,
-    cl_mem seqlens_expanded, size_t seqlens_offset, cl_mem page_table_out, size_t page_out_offset,
-    int64_t out_stride, cl_mem total, size_t total_offset, cl_uint num_events,
-    const cl_event *wait_list, cl_event *event)
+clvarlen_status
+clvarlen_cl_seqlens_expand(clvarlen_context *ctx, cl_mem kv_len, size_t kv_len_offset, cl_mem q_len,
+                           size_t q_len_offset, int32_t uniform_q_len, int64_t n, cl_mem page_table,
+                           size_t page_table_offset, int64_t page_cols, int64_t page_stride,
+                           int64_t col_limit, int64_t capacity, cl_mem seqlens_expanded,
+                           size_t seqlens_offset, cl_mem page_table_out, size_t page_out_offset,
+                           int64_t out_stride, cl_mem total, size_t total_offset,
+                           cl_uint num_events, const cl_event *wait_list, cl_event *event)
 {
     const char *fn = __func__;
     CV_ENTER(ctx);

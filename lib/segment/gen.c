@@ -27,8 +27,8 @@ static clvarlen_status check_gen(clvarlen_context *ctx, const char *fn, int32_t 
  * Other devices get the rows computed on the host (the same code as the CPU
  * fallback) and written to `out` in order after the wait list.
  */
-static clvarlen_status enq_gen(cv_chain *q, uint64_t seed, int32_t world, int32_t n,
-                               int64_t total, cl_mem out, size_t out_off)
+static clvarlen_status enq_gen(cv_chain *q, uint64_t seed, int32_t world, int32_t n, int64_t total,
+                               cl_mem out, size_t out_off)
 {
     clvarlen_context *ctx = q->ctx;
     if (!ctx->exact_div) {
@@ -65,8 +65,8 @@ static clvarlen_status enq_gen(cv_chain *q, uint64_t seed, int32_t world, int32_
     return seg_run(q, k, "segment_gen_seq_lens", (size_t)world, local);
 }
 
-static clvarlen_status gen_on_device(clvarlen_context *ctx, uint64_t seed, int32_t world,
-                                     int32_t n, int64_t total, int32_t *out)
+static clvarlen_status gen_on_device(clvarlen_context *ctx, uint64_t seed, int32_t world, int32_t n,
+                                     int64_t total, int32_t *out)
 {
     cv_chain q;
     cv_chain_begin(&q, ctx, 0, NULL, false);

@@ -6,8 +6,8 @@
 
 /* ================================================================ host-side validation */
 
-clvarlen_status seg_need(clvarlen_context *ctx, const char *fn, const char *what,
-                            const void *p, bool needed)
+clvarlen_status seg_need(clvarlen_context *ctx, const char *fn, const char *what, const void *p,
+                         bool needed)
 {
     if (needed && !p)
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", fn, what);
@@ -15,8 +15,7 @@ clvarlen_status seg_need(clvarlen_context *ctx, const char *fn, const char *what
 }
 
 /* A count of sequences: kernels index them with int, cu has n + 1 entries. */
-clvarlen_status seg_check_count(clvarlen_context *ctx, const char *fn, const char *what,
-                                   int64_t n)
+clvarlen_status seg_check_count(clvarlen_context *ctx, const char *fn, const char *what, int64_t n)
 {
     if (n < 0)
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: %s is negative (%lld)", fn,
@@ -28,8 +27,8 @@ clvarlen_status seg_check_count(clvarlen_context *ctx, const char *fn, const cha
 }
 
 clvarlen_status seg_rows_geom(clvarlen_context *ctx, const char *fn, const char *what,
-                                 clvarlen_dtype dtype, int64_t row_elems, int64_t rows,
-                                 int64_t stride, const void *ptr, seg_rows *g)
+                              clvarlen_dtype dtype, int64_t row_elems, int64_t rows, int64_t stride,
+                              const void *ptr, seg_rows *g)
 {
     SEG_TRY(cv_check_rows(ctx, fn, what, dtype, row_elems, rows, stride, &stride));
     SEG_TRY(seg_need(ctx, fn, what, ptr, rows > 0));
@@ -49,9 +48,8 @@ static clvarlen_status check_acc_dtype(clvarlen_context *ctx, const char *fn, cl
                     clvarlen_dtype_name(dtype));
 }
 
-clvarlen_status seg_check_scatter_mode(clvarlen_context *ctx, const char *fn,
-                                          clvarlen_dtype dtype, clvarlen_scatter_mode mode,
-                                          unsigned flags)
+clvarlen_status seg_check_scatter_mode(clvarlen_context *ctx, const char *fn, clvarlen_dtype dtype,
+                                       clvarlen_scatter_mode mode, unsigned flags)
 {
     if (mode != CLVARLEN_SCATTER_OVERWRITE && mode != CLVARLEN_SCATTER_ACCUMULATE)
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: unknown scatter mode %d", fn,
@@ -78,9 +76,8 @@ static int cmp_i64(const void *a, const void *b)
  * CLVARLEN_ERROR_INVALID_ARGUMENT.
  */
 clvarlen_status seg_check_indices(clvarlen_context *ctx, const char *fn, const char *what,
-                                     const int32_t *i32, const int64_t *i64, int64_t n,
-                                     int64_t limit, bool allow_skip, bool *distinct,
-                                     bool dup_is_error)
+                                  const int32_t *i32, const int64_t *i64, int64_t n, int64_t limit,
+                                  bool allow_skip, bool *distinct, bool dup_is_error)
 {
     for (int64_t m = 0; m < n; m++) {
         int64_t v = i64 ? i64[m] : i32[m];
@@ -177,8 +174,8 @@ size_t seg_acc_rows(const clvarlen_context *ctx)
 /* Each program of the family is one file of cl/. -D options: the scan
  * work-group size sizes the scans' local arrays, the row unit specialises
  * copies, the dtype code accumulation. */
-clvarlen_status seg_kernel(clvarlen_context *ctx, int program, int unit, int acc,
-                           const char *name, cl_kernel *kernel)
+clvarlen_status seg_kernel(clvarlen_context *ctx, int program, int unit, int acc, const char *name,
+                           cl_kernel *kernel)
 {
     char opts[256] = "";
     const char *file = "segment.cl";
@@ -278,8 +275,7 @@ void seg_elem_grid(const clvarlen_context *ctx, int64_t n, size_t *global, size_
 
 /* Launchers enqueue through a cv_chain (lib/runtime/cl-chain.c); this keeps
  * the 1-D launches short. */
-clvarlen_status seg_run(cv_chain *q, cl_kernel k, const char *what, size_t global,
-                               size_t local)
+clvarlen_status seg_run(cv_chain *q, cl_kernel k, const char *what, size_t global, size_t local)
 {
     return cv_chain_run(q, k, what, 1, &global, &local);
 }
@@ -298,7 +294,7 @@ clvarlen_status seg_temp(cv_chain *q, size_t bytes, cl_mem *mem)
 
 /* Blocking read of rows (only the row bytes of a strided tensor) after the chain. */
 clvarlen_status seg_read_rows(cv_chain *q, cl_mem mem, int64_t rows, size_t row_bytes,
-                                 size_t stride_b, void *host)
+                              size_t stride_b, void *host)
 {
     return cv_chain_read_rows(q, mem, rows, row_bytes, stride_b, host, stride_b);
 }
@@ -400,8 +396,8 @@ clvarlen_status seg_enq_copy(cv_chain *q, const copy_args *c)
         units = (int64_t)(row_bytes / (size_t)unit);
     }
     cl_kernel k;
-    SEG_TRY(seg_kernel(q->ctx, acc >= 0 ? SEG_PROG_ACC : SEG_PROG_COPY, unit, acc, "segment_copy_rows",
-                       &k));
+    SEG_TRY(seg_kernel(q->ctx, acc >= 0 ? SEG_PROG_ACC : SEG_PROG_COPY, unit, acc,
+                       "segment_copy_rows", &k));
     seg_geo g;
     seg_row_geo(q->ctx, units, c->n_rows, &g);
     cl_ulong so = c->src_off, ss = c->src_stride_b, doff = c->dst_off, ds = c->dst_stride_b;
@@ -449,7 +445,7 @@ void seg_fill_pattern(unsigned char out[16], const void *elem, size_t es)
 
 /* Kernels address a row in int units and tokens with int. */
 clvarlen_status seg_check_cl_limits(clvarlen_context *ctx, const char *fn, size_t row_bytes,
-                                       int64_t rows)
+                                    int64_t rows)
 {
     if (row_bytes > (size_t)INT32_MAX)
         return cv_error(ctx, CLVARLEN_ERROR_UNSUPPORTED,
@@ -464,7 +460,7 @@ clvarlen_status seg_check_cl_limits(clvarlen_context *ctx, const char *fn, size_
 
 /* A device tensor argument: present when it has bytes, offset aligned. */
 clvarlen_status seg_cl_arg(clvarlen_context *ctx, const char *fn, const char *what, cl_mem mem,
-                              size_t offset, size_t align, bool needed)
+                           size_t offset, size_t align, bool needed)
 {
     SEG_TRY(seg_need(ctx, fn, what, mem, needed));
     if (!mem)

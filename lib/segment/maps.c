@@ -4,8 +4,8 @@
 
 #if CLVARLEN_HAVE_OPENCL
 
-static clvarlen_status enq_cu_from_lengths(cv_chain *q, cl_mem lengths, size_t len_off,
-                                           int64_t n, cl_mem cu, size_t cu_off)
+static clvarlen_status enq_cu_from_lengths(cv_chain *q, cl_mem lengths, size_t len_off, int64_t n,
+                                           cl_mem cu, size_t cu_off)
 {
     return seg_enq_scan_lengths(q, lengths, len_off, n, -1, -1, cu, cu_off, NULL, 0, NULL);
 }
@@ -115,8 +115,8 @@ out:
 }
 
 static clvarlen_status token_maps_on_device(clvarlen_context *ctx, const int32_t *cu_seqlens,
-                                            int64_t n, int64_t total_tokens,
-                                            const int32_t *offsets, int32_t *seq_id, int32_t *pos)
+                                            int64_t n, int64_t total_tokens, const int32_t *offsets,
+                                            int32_t *seq_id, int32_t *pos)
 {
     cv_chain q;
     cv_chain_begin(&q, ctx, 0, NULL, false);

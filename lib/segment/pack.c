@@ -93,8 +93,7 @@ static clvarlen_status enq_pack_prefix(cv_chain *q, const pack_args *p)
     cl_mem scratch = NULL; /* the scanned total, at byte 0 of the temp buffer */
     SEG_TRY(seg_temp(q, 0, &scratch));
     SEG_TRY(seg_enq_scan_lengths(q, p->valid_lens, p->valid_lens_off, p->batch, p->max_seqlen,
-                                 p->capacity, p->cu, p->cu_off, p->total, p->total_off,
-                                 scratch));
+                                 p->capacity, p->cu, p->cu_off, p->total, p->total_off, scratch));
     if (rows_max <= 0)
         return CLVARLEN_SUCCESS;
     seg_geo g;
@@ -157,8 +156,8 @@ static clvarlen_status enq_mask_count(cv_chain *q, const pack_args *p, cl_kernel
 }
 
 /* Mask form, step 3: each row's kept tokens -> their padded row (int64 index). */
-static clvarlen_status enq_mask_index(cv_chain *q, const pack_args *p, cl_kernel k,
-                                      cl_mem scratch, cl_mem idx, size_t idx_off)
+static clvarlen_status enq_mask_index(cv_chain *q, const pack_args *p, cl_kernel k, cl_mem scratch,
+                                      cl_mem idx, size_t idx_off)
 {
     cl_mem flag = q->flag;
     cl_int check = q->flag != NULL;
@@ -205,8 +204,8 @@ static clvarlen_status enq_pack_masked(cv_chain *q, const pack_args *p)
     cl_mem temp = NULL;
     SEG_TRY(seg_temp(q, temp_bytes, &temp));
     SEG_TRY(enq_mask_count(q, p, k_count, temp, counts_off));
-    SEG_TRY(seg_enq_scan_lengths(q, temp, counts_off, p->batch, -1, p->capacity, p->cu,
-                                 p->cu_off, p->total, p->total_off, temp));
+    SEG_TRY(seg_enq_scan_lengths(q, temp, counts_off, p->batch, -1, p->capacity, p->cu, p->cu_off,
+                                 p->total, p->total_off, temp));
     if (rows_max <= 0)
         return CLVARLEN_SUCCESS;
     cl_mem idx = p->src_index ? p->src_index : temp;
@@ -265,8 +264,8 @@ static clvarlen_status enq_unpack(cv_chain *q, const unpack_args *u)
                                      u->padded_rows, false, CV_CHECK_INDEX));
     cl_mem inv = NULL;
     SEG_TRY(seg_temp(q, (size_t)u->padded_rows * sizeof(cl_int), &inv));
-    SEG_TRY(seg_enq_invert(q, NULL, u->src_index, u->src_index_off, u->total, u->padded_rows,
-                           inv, SEG_TEMP_OFF));
+    SEG_TRY(seg_enq_invert(q, NULL, u->src_index, u->src_index_off, u->total, u->padded_rows, inv,
+                           SEG_TEMP_OFF));
     copy_args c = {
         .dtype = u->dtype,
         .row_elems = u->row_elems,
@@ -334,8 +333,8 @@ static clvarlen_status pack_on_device(clvarlen_context *ctx, const char *fn,
     SEG_TRY_OUT(seg_check_cl_limits(ctx, fn, row_bytes, total));
     SEG_TRY_OUT(seg_upload(ctx, rows > 0 ? h->padded : NULL, h->pr.span, &d_pad));
     if (!h->mask)
-        SEG_TRY_OUT(seg_upload(ctx, h->batch > 0 ? h->valid_lens : NULL, (size_t)h->batch * 4,
-                               &d_lens));
+        SEG_TRY_OUT(
+            seg_upload(ctx, h->batch > 0 ? h->valid_lens : NULL, (size_t)h->batch * 4, &d_lens));
     if (h->mask)
         SEG_TRY_OUT(seg_upload(ctx, h->mask, (size_t)rows, &d_mask));
     SEG_TRY_OUT(cv_buffer(ctx, (size_t)total * row_bytes, NULL, &d_packed));
@@ -468,12 +467,11 @@ clvarlen_status clvarlen_pack(clvarlen_context *ctx, clvarlen_dtype dtype, int64
     return pack_host(ctx, __func__, &h, padded_stride, total_tokens);
 }
 
-clvarlen_status clvarlen_pack_masked(clvarlen_context *ctx, clvarlen_dtype dtype,
-                                     int64_t row_elems, const void *padded,
-                                     int64_t padded_stride, int64_t batch, int64_t max_seqlen,
-                                     const uint8_t *mask, int64_t capacity_tokens, void *packed,
-                                     int32_t *cu_seqlens, int64_t *src_index,
-                                     int64_t *total_tokens)
+clvarlen_status clvarlen_pack_masked(clvarlen_context *ctx, clvarlen_dtype dtype, int64_t row_elems,
+                                     const void *padded, int64_t padded_stride, int64_t batch,
+                                     int64_t max_seqlen, const uint8_t *mask,
+                                     int64_t capacity_tokens, void *packed, int32_t *cu_seqlens,
+                                     int64_t *src_index, int64_t *total_tokens)
 {
     if (ctx && !mask && batch > 0 && max_seqlen > 0) {
         cv_clear_error(ctx);
@@ -497,8 +495,8 @@ clvarlen_status clvarlen_pack_masked(clvarlen_context *ctx, clvarlen_dtype dtype
 
 #if CLVARLEN_HAVE_OPENCL
 static clvarlen_status unpack_on_device(clvarlen_context *ctx, const unpack_args *u,
-                                        const void *packed, const int64_t *src_index,
-                                        void *padded, const seg_rows *pk, const seg_rows *pd)
+                                        const void *packed, const int64_t *src_index, void *padded,
+                                        const seg_rows *pk, const seg_rows *pd)
 {
     cv_chain q;
     cv_chain_begin(&q, ctx, 0, NULL, false);
@@ -536,8 +534,8 @@ clvarlen_status clvarlen_unpack(clvarlen_context *ctx, clvarlen_dtype dtype, int
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT,
                         "%s: total_tokens %lld is outside [0, batch * max_seqlen = %lld]", fn,
                         (long long)total_tokens, (long long)rows);
-    SEG_TRY(seg_rows_geom(ctx, fn, "packed", dtype, row_elems, total_tokens, packed_stride,
-                          packed, &pk));
+    SEG_TRY(seg_rows_geom(ctx, fn, "packed", dtype, row_elems, total_tokens, packed_stride, packed,
+                          &pk));
     SEG_TRY(seg_rows_geom(ctx, fn, "padded", dtype, row_elems, rows, padded_stride, padded, &pd));
     SEG_TRY(seg_need(ctx, fn, "src_index", src_index, total_tokens > 0));
     bool distinct;
@@ -631,11 +629,10 @@ clvarlen_status clvarlen_cl_pack(clvarlen_context *ctx, clvarlen_dtype dtype, in
 
 clvarlen_status clvarlen_cl_unpack(clvarlen_context *ctx, clvarlen_dtype dtype, int64_t row_elems,
                                    cl_mem packed, size_t packed_offset, int64_t packed_stride,
-                                   int64_t total_tokens, cl_mem src_index,
-                                   size_t src_index_offset, int64_t batch, int64_t max_seqlen,
-                                   const void *pad_value, cl_mem padded, size_t padded_offset,
-                                   int64_t padded_stride, cl_uint num_events,
-                                   const cl_event *wait_list, cl_event *event)
+                                   int64_t total_tokens, cl_mem src_index, size_t src_index_offset,
+                                   int64_t batch, int64_t max_seqlen, const void *pad_value,
+                                   cl_mem padded, size_t padded_offset, int64_t padded_stride,
+                                   cl_uint num_events, const cl_event *wait_list, cl_event *event)
 {
     const char *fn = __func__;
     CV_ENTER(ctx);
@@ -648,8 +645,8 @@ clvarlen_status clvarlen_cl_unpack(clvarlen_context *ctx, clvarlen_dtype dtype, 
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT,
                         "%s: total_tokens %lld is outside [0, batch * max_seqlen = %lld]", fn,
                         (long long)total_tokens, (long long)rows);
-    SEG_TRY(seg_rows_geom(ctx, fn, "packed", dtype, row_elems, total_tokens, packed_stride,
-                          packed, &pk));
+    SEG_TRY(seg_rows_geom(ctx, fn, "packed", dtype, row_elems, total_tokens, packed_stride, packed,
+                          &pk));
     SEG_TRY(seg_rows_geom(ctx, fn, "padded", dtype, row_elems, rows, padded_stride, padded, &pd));
     SEG_TRY(seg_check_cl_limits(ctx, fn, pd.row_bytes, total_tokens));
     SEG_TRY(cv_check_offset(ctx, fn, "packed", packed_offset, es));

@@ -53,8 +53,8 @@ static clvarlen_status enq_scatter_ordered(cv_chain *q, const rows_args *r, bool
     cl_mem flag = q->flag;
     cl_int check = q->flag != NULL;
     cl_kernel k;
-    SEG_TRY(seg_kernel(ctx, SEG_PROG_ACC, 0, cv_dtype_kernel_code(r->dtype), "segment_scatter_add_ordered",
-                       &k));
+    SEG_TRY(seg_kernel(ctx, SEG_PROG_ACC, 0, cv_dtype_kernel_code(r->dtype),
+                       "segment_scatter_add_ordered", &k));
     cl_ulong so = r->src_off, ss = r->src_stride_b, io = r->index_off, doff = r->dst_off,
              ds = r->dst_stride_b;
     cl_long ni = r->n_index, dr = r->dst_rows;
@@ -132,9 +132,9 @@ static clvarlen_status enq_scatter(cv_chain *q, const rows_args *r, clvarlen_sca
 }
 
 /* The host-memory paths: upload, enqueue, read back, release. */
-static clvarlen_status gather_on_device(clvarlen_context *ctx, const rows_args *h,
-                                        const void *src, const int32_t *index, void *dst,
-                                        const seg_rows *sr, const seg_rows *dr)
+static clvarlen_status gather_on_device(clvarlen_context *ctx, const rows_args *h, const void *src,
+                                        const int32_t *index, void *dst, const seg_rows *sr,
+                                        const seg_rows *dr)
 {
     cv_chain q;
     cv_chain_begin(&q, ctx, 0, NULL, false);
@@ -157,11 +157,10 @@ out:
     return st;
 }
 
-static clvarlen_status scatter_on_device(clvarlen_context *ctx, const rows_args *h,
-                                         const void *src, const int32_t *index, void *dst,
-                                         const seg_rows *sr, const seg_rows *dr,
-                                         clvarlen_scatter_mode mode, bool zero_rest,
-                                         bool distinct)
+static clvarlen_status scatter_on_device(clvarlen_context *ctx, const rows_args *h, const void *src,
+                                         const int32_t *index, void *dst, const seg_rows *sr,
+                                         const seg_rows *dr, clvarlen_scatter_mode mode,
+                                         bool zero_rest, bool distinct)
 {
     bool overwrite = mode == CLVARLEN_SCATTER_OVERWRITE;
     cv_chain q;
@@ -190,10 +189,10 @@ out:
 
 /* ================================================================ entry points */
 
-clvarlen_status clvarlen_gather_rows(clvarlen_context *ctx, clvarlen_dtype dtype,
-                                     int64_t row_elems, const void *src, int64_t src_rows,
-                                     int64_t src_stride, const int32_t *index, int64_t n_index,
-                                     void *dst, int64_t dst_stride)
+clvarlen_status clvarlen_gather_rows(clvarlen_context *ctx, clvarlen_dtype dtype, int64_t row_elems,
+                                     const void *src, int64_t src_rows, int64_t src_stride,
+                                     const int32_t *index, int64_t n_index, void *dst,
+                                     int64_t dst_stride)
 {
     const char *fn = __func__;
     CV_ENTER(ctx);
@@ -201,8 +200,7 @@ clvarlen_status clvarlen_gather_rows(clvarlen_context *ctx, clvarlen_dtype dtype
     SEG_TRY(seg_rows_geom(ctx, fn, "src", dtype, row_elems, src_rows, src_stride, src, &sr));
     SEG_TRY(seg_rows_geom(ctx, fn, "dst", dtype, row_elems, n_index, dst_stride, dst, &dr));
     SEG_TRY(seg_need(ctx, fn, "index", index, n_index > 0));
-    SEG_TRY(seg_check_indices(ctx, fn, "index", index, NULL, n_index, src_rows, true, NULL,
-                              false));
+    SEG_TRY(seg_check_indices(ctx, fn, "index", index, NULL, n_index, src_rows, true, NULL, false));
     if (n_index == 0)
         return CLVARLEN_SUCCESS;
     if (!cv_use_cl(ctx)) {
@@ -312,14 +310,12 @@ clvarlen_status clvarlen_cl_gather_rows(clvarlen_context *ctx, clvarlen_dtype dt
     return cv_chain_end(&q, fn, st, event);
 }
 
-clvarlen_status clvarlen_cl_scatter_rows(clvarlen_context *ctx, clvarlen_dtype dtype,
-                                         int64_t row_elems, cl_mem src, size_t src_offset,
-                                         int64_t src_stride, cl_mem index, size_t index_offset,
-                                         int64_t n_index, cl_mem dst, size_t dst_offset,
-                                         int64_t dst_rows, int64_t dst_stride,
-                                         clvarlen_scatter_mode mode, unsigned flags,
-                                         cl_uint num_events, const cl_event *wait_list,
-                                         cl_event *event)
+clvarlen_status
+clvarlen_cl_scatter_rows(clvarlen_context *ctx, clvarlen_dtype dtype, int64_t row_elems, cl_mem src,
+                         size_t src_offset, int64_t src_stride, cl_mem index, size_t index_offset,
+                         int64_t n_index, cl_mem dst, size_t dst_offset, int64_t dst_rows,
+                         int64_t dst_stride, clvarlen_scatter_mode mode, unsigned flags,
+                         cl_uint num_events, const cl_event *wait_list, cl_event *event)
 {
     const char *fn = __func__;
     CV_ENTER(ctx);

@@ -148,7 +148,7 @@ clvarlen_status seg_check_cl_limits(clvarlen_context *ctx, const char *fn, size_
 clvarlen_status seg_cl_arg(clvarlen_context *ctx, const char *fn, const char *what, cl_mem mem,
                            size_t offset, size_t align, bool needed);
 
-/* ------------------------------------------------------------ shared enqueue routines (launch.c) */
+/* ---------------------------------------------------------- shared enqueue routines (launch.c) */
 
 /* The routines take the device-check flag from the chain (q->flag) and pass
  * it to their kernels, with check = (q->flag != NULL). */
