@@ -52,8 +52,18 @@ clvarlen_status cv_cpu_seqlens_expand(clvarlen_context *ctx, const int32_t *kv_l
         row_off[s] = acc;
         acc += q_len ? q_len[s] : uniform_q_len;
     }
-    expand_job j = {kv_len, q_len, uniform_q_len, row_off, page_table, page_stride, col_limit,
-                    seqlens_expanded, page_table ? page_table_out : NULL, out_stride};
+    expand_job j = {
+        .kv_len = kv_len,
+        .q_len = q_len,
+        .uniform_q_len = uniform_q_len,
+        .row_off = row_off,
+        .page_table = page_table,
+        .page_stride = page_stride,
+        .col_limit = col_limit,
+        .seqlens = seqlens_expanded,
+        .page_out = page_table ? page_table_out : NULL,
+        .out_stride = out_stride,
+    };
     cv_pool_for(cv_base(ctx)->pool, n, 64, expand_task, &j);
     free(row_off);
     return CLVARLEN_SUCCESS;

@@ -71,6 +71,6 @@ void cv_cpu_token_maps(clvarlen_context *ctx, const int32_t *cu, int64_t n, int6
 {
     if (n <= 0 || total <= 0)
         return;
-    maps_job j = {cu, n, offsets, seq_id, pos};
+    maps_job j = {.cu = cu, .n = n, .offsets = offsets, .seq_id = seq_id, .pos = pos};
     cv_pool_for(cv_base(ctx)->pool, total, 1 << 14, maps_task, &j);
 }

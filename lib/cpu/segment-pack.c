@@ -85,8 +85,19 @@ clvarlen_status cv_cpu_pack(clvarlen_context *ctx, size_t row_bytes, const void 
                             (long long)total);
     }
     cv_cpu_cu_from_lengths(lens, batch, cu);
-    pack_job j = {row_bytes, padded, padded_stride, batch, max_seqlen, cu, mask, packed,
-                  src_index, index, index};
+    pack_job j = {
+        .row_bytes = row_bytes,
+        .padded = padded,
+        .padded_stride = padded_stride,
+        .batch = batch,
+        .max_seqlen = max_seqlen,
+        .cu = cu,
+        .mask = mask,
+        .packed = packed,
+        .src_index = src_index,
+        .gather = index,
+        .index_out = index,
+    };
     if (total > 0) {
         if (mask) {
             cv_pool_for(cv_base(ctx)->pool, batch, 1, mask_index_task, &j);
@@ -167,7 +178,15 @@ clvarlen_status cv_cpu_unpack(clvarlen_context *ctx, size_t row_bytes, size_t el
         inverse[r] = -1;
     for (int64_t t = 0; t < total; t++)
         inverse[src_index[t]] = t;
-    unpack_job j = {row_bytes, packed, packed_stride, inverse, pad_row, padded, padded_stride};
+    unpack_job j = {
+        .row_bytes = row_bytes,
+        .packed = packed,
+        .packed_stride = packed_stride,
+        .inverse = inverse,
+        .pad_row = pad_row,
+        .padded = padded,
+        .padded_stride = padded_stride,
+    };
     cv_pool_for(cv_base(ctx)->pool, padded_rows, cv_cpu_rows_grain(row_bytes), unpack_task, &j);
     free(inverse);
     free(pad_row);

@@ -172,10 +172,20 @@ clvarlen_status cv_cpu_scatter(clvarlen_context *ctx, clvarlen_dtype dtype, int6
                                clvarlen_scatter_mode mode, int zero_rest)
 {
     size_t row_bytes = (size_t)row_elems * cv_dtype_size(dtype);
-    rows_job j = {dtype, row_elems, row_bytes, src, src_stride, index, dst, dst_stride,
-                  NULL, NULL, NULL, zero_rest};
+    rows_job j = {
+        .dtype = dtype,
+        .row_elems = row_elems,
+        .row_bytes = row_bytes,
+        .src = src,
+        .src_stride = src_stride,
+        .index = index,
+        .dst = dst,
+        .dst_stride = dst_stride,
+        .zero_rest = zero_rest,
+    };
     if (mode == CLVARLEN_SCATTER_OVERWRITE && !zero_rest) {
-        cv_pool_for(cv_base(ctx)->pool, n_index, cv_cpu_rows_grain(row_bytes), scatter_direct_task, &j);
+        cv_pool_for(cv_base(ctx)->pool, n_index, cv_cpu_rows_grain(row_bytes),
+                    scatter_direct_task, &j);
         return CLVARLEN_SUCCESS;
     }
     if (dst_rows <= 0)
@@ -192,7 +202,8 @@ clvarlen_status cv_cpu_scatter(clvarlen_context *ctx, clvarlen_dtype dtype, int6
             if (index[m] >= 0)
                 inverse[index[m]] = m;
         j.inverse = inverse;
-        cv_pool_for(cv_base(ctx)->pool, dst_rows, cv_cpu_rows_grain(row_bytes), scatter_inverse_task, &j);
+        cv_pool_for(cv_base(ctx)->pool, dst_rows, cv_cpu_rows_grain(row_bytes),
+                    scatter_inverse_task, &j);
         free(inverse);
         return CLVARLEN_SUCCESS;
     }
