@@ -21,6 +21,14 @@
 #define CV_CHECK_CAPACITY 0x4
 #define CV_CHECK_VALUE 0x8
 
+/* Segment family (cl/segment.cl, lib/segment/): sequences up to which pack
+ * and CP rows fuse their scan into the row kernel (one launch; cu in local
+ * memory, 8 KiB), and units each lane of a row copy loads before it stores
+ * (the host sizes lanes per row by it; 4 beat 1 by up to 5% on an H100 for
+ * 256 B - 4 KiB rows). */
+#define CV_SEG_FUSE_MAX 2048
+#define CV_SEG_UNROLL 4
+
 /* Gated delta rule: the flags word of its kernels (cl/gated-delta.cl). */
 #define GDN_HAS_CU 0x1
 #define GDN_HAS_POOL 0x2

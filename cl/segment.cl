@@ -1,24 +1,16 @@
-/* segment.cl: the segment family's kernels (SPEC 2), joined after common.clh.
+/* segment.cl: the segment family's row kernels (SPEC 2), joined after
+ * cv-shared.h and common.clh. The other segment programs are
+ * segment-maps.cl (element-wise maps), segment-scan.cl (single-work-group
+ * scans, seqlens_expand) and segment-gen.cl (gen_seq_lens).
  *
- * - section 0: checks (cu_seqlens validity, also used by the other families
- *   through cv_check_cu_seqlens_device; index and value ranges) setting bits
- *   of the device-check flag, and per-element maps: lengths, token maps, the
- *   row-map inversion behind unpack and scatter with ZERO_REST, the CP
- *   plan's per-token arrays;
- * - section 1: single-work-group scans (lengths -> cu_seqlens with total and
- *   capacity, mask counts and indices, the CP plan's offset arrays), each
- *   validating in a first pass and writing in a second so a failed check
- *   writes nothing, and seqlens_expanded with the page-table expansion in
- *   one launch;
- * - section 2: row copies in units of CV_UNIT bytes: the generic copy (map
- *   on the source or destination side, fill rows for index -1, an optional
+ * - row copies in units of CV_UNIT bytes: the generic copy (map on the
+ *   source or destination side, fill rows for index -1, an optional
  *   device-side row count), pack's prefix-form rows, the CP row kernel, and
  *   the fused forms of the last two (each work-group scans up to
  *   CV_FUSE_MAX sequences into local memory, then moves rows: one launch);
- * - section 3: the generic copy and the CP row kernels adding elements of
- *   CV_DTYPE (unique destinations, f32 or int accumulators), and the ordered
- *   accumulate for repeated destinations (index order);
- * - section 4: gen_seq_lens.
+ * - with -DCV_ACC=1: the generic copy and the CP row kernels adding
+ *   elements of CV_DTYPE (unique destinations, f32 or int accumulators),
+ *   and the ordered accumulate for repeated destinations (index order).
  *
  * Rows are spread over work-groups with `lpr` lanes per row (a power of two
  * chosen by the host from the row size), several short rows per group, each
@@ -30,20 +22,6 @@
  */
 #pragma OPENCL FP_CONTRACT OFF
 
-/* Sections, so each specialisation compiles only its kernels (PoCL builds
- * every kernel of a program when the binary cache asks for it):
- * 0 checks and per-element maps, 1 scans and seqlens_expand, 2 row copies
- * (-DCV_UNIT), 3 accumulating row kernels (-DCV_DTYPE), 4 gen_seq_lens.
- * Without -DCV_SECTION everything is compiled. */
-#ifndef CV_SECTION
-#define CV_SECTION -1
-#endif
-#define CV_IN(sec) (CV_SECTION < 0 || CV_SECTION == (sec))
-#if CV_SECTION == 3
-#undef CV_ACC
-#define CV_ACC 1
-#endif
-
 #ifndef CV_UNIT
 #define CV_UNIT 16 /* bytes moved per lane access by the row copies */
 #endif
@@ -53,21 +31,21 @@
 #ifndef CV_DTYPE
 #define CV_DTYPE CV_DT_F32
 #endif
-#ifndef CV_DT_I32
-#define CV_DT_I32 3
-#endif
 #ifndef CV_SCAN_WG
-#define CV_SCAN_WG 256 /* work-group size of scans and of seqlens_expand */
+#define CV_SCAN_WG 256 /* work-group size of the fused kernels' scans */
 #endif
 #ifndef CV_COPY_WG
 #define CV_COPY_WG 256 /* work-group size of the ordered accumulate */
 #endif
-#ifndef CV_FUSE_MAX
-#define CV_FUSE_MAX 2048 /* sequences a fused scan + row kernel keeps in local memory */
-#endif
 #ifndef CV_ACC_ROWS
 #define CV_ACC_ROWS 16 /* destination rows per work-group in the ordered accumulate (<= 32) */
 #endif
+/* Sequences a fused scan + row kernel keeps in local memory (the host picks
+ * the fused kernels up to this many). */
+#define CV_FUSE_MAX CV_SEG_FUSE_MAX
+/* Units each lane loads before it stores (bytes in flight); the host sizes
+ * lanes per row by it. */
+#define CV_UNROLL CV_SEG_UNROLL
 
 #if CV_UNIT == 16
 typedef uint4 cv_unit_t;
@@ -178,20 +156,6 @@ inline int cv_chunk_len(int L, int C, int c)
     return L / C + (c < L % C ? 1 : 0);
 }
 
-
-/* Global token of local token i of a rank (local_cu from segment_cp_scan). */
-inline long cv_cp_global_of_local(__global const int *cu, __global const int *lcu, int n, int C,
-                                  int rank, long i, int *doc)
-{
-    int s = cv_seq_of_token(lcu, n, (int)i);
-    int L = cu[s + 1] - cu[s];
-    int k = (int)(i - lcu[s]);
-    int nh = cv_chunk_len(L, C, rank);
-    int p = k < nh ? cv_chunk_start(L, C, rank) + k : cv_chunk_start(L, C, C - 1 - rank) + k - nh;
-    *doc = s;
-    return (long)cu[s] + p;
-}
-
 /* cv_seq_of_token on a local-memory copy of cu_seqlens. */
 inline int cv_seq_of_token_local(__local const int *cu, int n, int t)
 {
@@ -246,386 +210,6 @@ inline long cv_cp_parts(__global const int *g, int s, int C, int rank)
     return ((long)cv_chunk_len(L, C, rank) << 32) + cv_chunk_len(L, C, C - 1 - rank);
 }
 
-/* ================================================================ section 0 */
-#if CV_IN(0)
-
-__kernel void segment_lengths_from_cu(__global const int *cu, ulong cu_off, int n,
-                                      __global int *lengths, ulong len_off, __global int *flag,
-                                      int check)
-{
-    CV_SKIP_ON_FLAG(flag, check);
-    __global const int *c = CV_CPTR(int, cu, cu_off);
-    __global int *l = CV_PTR(int, lengths, len_off);
-    for (long s = get_global_id(0); s < n; s += get_global_size(0))
-        l[s] = c[s + 1] - c[s];
-}
-
-__kernel void segment_token_maps(__global const int *cu, ulong cu_off, int n, long total,
-                                 __global const int *offsets, ulong offsets_off,
-                                 __global int *seq_id, ulong seq_off, __global int *pos,
-                                 ulong pos_off, __global int *flag, int check)
-{
-    CV_SKIP_ON_FLAG(flag, check);
-    if (n <= 0)
-        return;
-    __global const int *c = CV_CPTR(int, cu, cu_off);
-    for (long t = get_global_id(0); t < total; t += get_global_size(0)) {
-        int s = cv_seq_of_token(c, n, (int)t);
-        if (seq_id)
-            CV_PTR(int, seq_id, seq_off)[t] = s;
-        if (pos) {
-            long p = t - c[s] + (offsets ? CV_CPTR(int, offsets, offsets_off)[s] : 0);
-            CV_PTR(int, pos, pos_off)[t] = (int)p;
-        }
-    }
-}
-
-/* inv[map[i]] = i for map entries in [0, limit); -1 entries are skipped. */
-__kernel void segment_invert_map(__global const int *m32, __global const long *m64, ulong off,
-                                 long n, long limit, __global int *inv, ulong inv_off,
-                                 __global int *flag, int check)
-{
-    CV_SKIP_ON_FLAG(flag, check);
-    for (long i = get_global_id(0); i < n; i += get_global_size(0)) {
-        long m = cv_map_at(m32, m64, off, i);
-        if (m == -1)
-            continue;
-        if (m < 0 || m >= limit) {
-            cv_flag(flag, CV_CHECK_INDEX);
-            continue;
-        }
-        CV_PTR(int, inv, inv_off)[m] = (int)i;
-    }
-}
-
-/* The CP plan's per-token arrays: global_index and position (either may be NULL). */
-__kernel void segment_cp_plan_tokens(__global const int *cu, ulong cu_off, int n, int world,
-                                     int rank, __global const int *local_cu, ulong local_off,
-                                     __global const long *scratch, long capacity,
-                                     __global int *global_index, ulong gi_off,
-                                     __global int *position, ulong pos_off, __global int *flag,
-                                     int check)
-{
-    CV_SKIP_ON_FLAG(flag, check);
-    long total = scratch[0];
-    if (total < 0 || total > capacity || n <= 0)
-        return;
-    __global const int *g = CV_CPTR(int, cu, cu_off);
-    __global const int *lc = CV_CPTR(int, local_cu, local_off);
-    int C = 2 * world;
-    for (long i = get_global_id(0); i < total; i += get_global_size(0)) {
-        int s;
-        long t = cv_cp_global_of_local(g, lc, n, C, rank, i, &s);
-        if (global_index)
-            CV_PTR(int, global_index, gi_off)[i] = (int)t;
-        if (position)
-            CV_PTR(int, position, pos_off)[i] = (int)(t - g[s]);
-    }
-}
-
-#endif /* section 0 */
-
-/* ================================================================ section 1 */
-#if CV_IN(1)
-
-/*
- * cu[0..n] = exclusive scan of len (n + 1 entries). First pass: every length
- * in [0, max_len] (max_len < 0: no bound) and the total within int32, else
- * CV_CHECK_VALUE; the total goes to scratch[0] (-1 when invalid) and to
- * total_out; a total over capacity (>= 0) raises CV_CHECK_CAPACITY. cu is
- * written only when everything holds.
- */
-__kernel __attribute__((reqd_work_group_size(CV_SCAN_WG, 1, 1))) void
-segment_scan_lengths(__global const int *len, ulong len_off, int n, int max_len, long capacity,
-                     __global int *cu, ulong cu_off, __global long *total_out, ulong total_off,
-                     __global long *scratch, __global int *flag, int check)
-{
-    __local long tmp[CV_SCAN_WG];
-    CV_SKIP_ON_FLAG(flag, check);
-    uint lid = get_local_id(0);
-    __global const int *l = CV_CPTR(int, len, len_off);
-    long b0, b1;
-    cv_lane_block(n, &b0, &b1);
-    long sum = 0;
-    for (long i = b0; i < b1; i++) {
-        int v = l[i];
-        if (v < 0 || (max_len >= 0 && v > max_len)) {
-            sum = CV_BAD_SUM;
-            break;
-        }
-        sum += v;
-    }
-    long total;
-    long run = cv_wg_exclusive(sum, tmp, &total);
-    if (total > INT_MAX) {
-        if (lid == 0) {
-            cv_flag(flag, CV_CHECK_VALUE);
-            if (scratch)
-                scratch[0] = -1;
-        }
-        return;
-    }
-    if (lid == 0) {
-        if (scratch)
-            scratch[0] = total;
-        if (total_out)
-            *CV_PTR(long, total_out, total_off) = total;
-    }
-    if (capacity >= 0 && total > capacity) {
-        if (lid == 0)
-            cv_flag(flag, CV_CHECK_CAPACITY);
-        return;
-    }
-    __global int *c = CV_PTR(int, cu, cu_off);
-    for (long i = b0; i < b1; i++) {
-        c[i] = (int)run;
-        run += l[i];
-    }
-    if (lid == 0)
-        c[n] = (int)total;
-}
-
-/*
- * CP plan offsets: per document, head = chunk rank, tail = chunk 2W-1-rank;
- * local_cu (required), head_cu and tail_cu (may be NULL) are their
- * exclusive scans. The local total goes to scratch[0] and total_out; a total
- * over capacity (>= 0) raises CV_CHECK_CAPACITY and writes nothing else.
- * Head and tail sums stay below 2^31, so both are scanned packed in a long.
- */
-__kernel __attribute__((reqd_work_group_size(CV_SCAN_WG, 1, 1))) void
-segment_cp_scan(__global const int *cu, ulong cu_off, int n, int world, int rank, long capacity,
-                __global int *local_cu, ulong local_off, __global int *head_cu, ulong head_off,
-                __global int *tail_cu, ulong tail_off, __global long *total_out, ulong total_off,
-                __global long *scratch, __global int *flag, int check)
-{
-    __local long tmp[CV_SCAN_WG];
-    CV_SKIP_ON_FLAG(flag, check);
-    uint lid = get_local_id(0);
-    int C = 2 * world;
-    __global const int *g = CV_CPTR(int, cu, cu_off);
-    long b0, b1;
-    cv_lane_block(n, &b0, &b1);
-    long sum = 0;
-    for (long s = b0; s < b1; s++)
-        sum += cv_cp_parts(g, (int)s, C, rank);
-    long packed;
-    long run = cv_wg_exclusive(sum, tmp, &packed);
-    long total = (packed >> 32) + (packed & 0xffffffffL);
-    if (lid == 0) {
-        if (scratch)
-            scratch[0] = total;
-        if (total_out)
-            *CV_PTR(long, total_out, total_off) = total;
-    }
-    if (capacity >= 0 && total > capacity) {
-        if (lid == 0)
-            cv_flag(flag, CV_CHECK_CAPACITY);
-        return;
-    }
-    __global int *lc = CV_PTR(int, local_cu, local_off);
-    __global int *hc = head_cu ? CV_PTR(int, head_cu, head_off) : 0;
-    __global int *tc = tail_cu ? CV_PTR(int, tail_cu, tail_off) : 0;
-    /* entries b0..b1-1 from this lane's running sum, entry n by lane 0 */
-    for (long s = b0; s <= b1; s++) {
-        bool last = s == b1;
-        if (last && !(lid == 0))
-            break;
-        long v = last ? packed : run;
-        long e = last ? n : s;
-        int h = (int)(v >> 32), t = (int)(v & 0xffffffffL);
-        lc[e] = h + t;
-        if (hc)
-            hc[e] = h;
-        if (tc)
-            tc[e] = t;
-        if (!last)
-            run += cv_cp_parts(g, (int)s, C, rank);
-    }
-}
-
-/* Pack, mask form: kept elements per batch row (one work-group per row). */
-__kernel __attribute__((reqd_work_group_size(CV_SCAN_WG, 1, 1))) void
-segment_mask_count(__global const uchar *mask, ulong mask_off, int batch, long S,
-                   __global int *counts, ulong counts_off)
-{
-    __local long tmp[CV_SCAN_WG];
-    uint lid = get_local_id(0);
-    long b0, b1;
-    cv_lane_block(S, &b0, &b1);
-    for (int b = get_group_id(0); b < batch; b += get_num_groups(0)) {
-        __global const uchar *m = mask + mask_off + (ulong)b * (ulong)S;
-        long k = 0;
-        for (long s = b0; s < b1; s++)
-            k += m[s] != 0;
-        long total;
-        (void)cv_wg_exclusive(k, tmp, &total);
-        if (lid == 0)
-            CV_PTR(int, counts, counts_off)[b] = (int)total;
-    }
-}
-
-/* Pack, mask form: src_index[cu[b] + rank] = b * S + s for every kept s, in order. */
-__kernel __attribute__((reqd_work_group_size(CV_SCAN_WG, 1, 1))) void
-segment_mask_index(__global const uchar *mask, ulong mask_off, int batch, long S,
-                   __global const int *cu, ulong cu_off, __global const long *scratch,
-                   long capacity, __global long *src_index, ulong si_off, __global int *flag,
-                   int check)
-{
-    __local long tmp[CV_SCAN_WG];
-    CV_SKIP_ON_FLAG(flag, check);
-    long total = scratch[0];
-    if (total < 0 || total > capacity)
-        return;
-    __global const int *c = CV_CPTR(int, cu, cu_off);
-    __global long *si = CV_PTR(long, src_index, si_off);
-    long b0, b1;
-    cv_lane_block(S, &b0, &b1);
-    for (int b = get_group_id(0); b < batch; b += get_num_groups(0)) {
-        __global const uchar *m = mask + mask_off + (ulong)b * (ulong)S;
-        long k = 0;
-        for (long s = b0; s < b1; s++)
-            k += m[s] != 0;
-        long row_total;
-        long t = c[b] + cv_wg_exclusive(k, tmp, &row_total);
-        for (long s = b0; s < b1; s++)
-            if (m[s] != 0 && t < total)
-                si[t++] = (long)b * S + s;
-    }
-}
-
-/* A page-table row of `units` T copied by `lpr` lanes, each loading up to four
- * (lpr apart) before it stores them, so the loads are in flight together. */
-#define CV_DEFINE_EXPAND_ROW(name, T)                                                      \
-    inline void name(__global T *d, __global const T *s, int units, uint lane, uint lpr)   \
-    {                                                                                      \
-        for (int c0 = lane; c0 < units; c0 += 4 * lpr) {                                   \
-            T v[4];                                                                        \
-            _Pragma("unroll") for (int k = 0; k < 4; k++)                                  \
-            {                                                                              \
-                int c = c0 + k * (int)lpr;                                                 \
-                if (c < units)                                                             \
-                    v[k] = s[c];                                                           \
-            }                                                                              \
-            _Pragma("unroll") for (int k = 0; k < 4; k++)                                  \
-            {                                                                              \
-                int c = c0 + k * (int)lpr;                                                 \
-                if (c < units)                                                             \
-                    d[c] = v[k];                                                           \
-            }                                                                              \
-        }                                                                                  \
-    }
-CV_DEFINE_EXPAND_ROW(cv_expand_row, int)
-CV_DEFINE_EXPAND_ROW(cv_expand_row4, int4)
-
-/*
- * One launch: every work-group derives the total (n * uniform_q, or the sum
- * of q_len over lane blocks with one scan, which also gives each lane the
- * first output row of its sequences) and maps blocks of blk_rows (<=
- * CV_SCAN_WG, fewer when page rows are long) output rows to (sequence, j)
- * in local memory. seqlens[row] = max(kv - q + 1 + j, 0);
- * page_out row <- page_table row s (col_limit columns, page_lpr lanes per
- * row; as int4 units when page_vec says rows and offsets are 16-byte
- * aligned). The total goes to total_out; a total over capacity raises
- * CV_CHECK_CAPACITY and writes no rows. Negative q raise CV_CHECK_VALUE and
- * count as 0.
- */
-__kernel __attribute__((reqd_work_group_size(CV_SCAN_WG, 1, 1))) void
-segment_seqlens_expand(__global const int *kv_len, ulong kv_off, __global const int *q_len,
-                       ulong q_off, int uniform_q, int n, __global const int *page_table,
-                       ulong pt_off, long pt_stride, int col_limit, int page_vec, int page_lpr,
-                       int blk_rows,
-                       long capacity,
-                       __global int *seqlens, ulong se_off, __global int *page_out,
-                       ulong po_off, long out_stride, __global long *total_out,
-                       ulong total_off, __global int *flag, int check)
-{
-    __local long tmp[CV_SCAN_WG];
-    __local int row_seq[CV_SCAN_WG];
-    __local int row_j[CV_SCAN_WG];
-    CV_SKIP_ON_FLAG(flag, check);
-    uint lid = get_local_id(0);
-    __global const int *kv = CV_CPTR(int, kv_len, kv_off);
-    __global const int *q = q_len ? CV_CPTR(int, q_len, q_off) : 0;
-    long b0 = 0, b1 = 0, first = 0, total;
-    if (q) {
-        cv_lane_block(n, &b0, &b1);
-        long sum = 0;
-        bool bad = false;
-        for (long s = b0; s < b1; s++) {
-            int v = q[s];
-            bad = bad || v < 0;
-            sum += max(v, 0);
-        }
-        if (bad && get_group_id(0) == 0)
-            cv_flag(flag, CV_CHECK_VALUE);
-        first = cv_wg_exclusive(sum, tmp, &total);
-    } else {
-        total = (long)n * (long)max(uniform_q, 0);
-    }
-    if (get_group_id(0) == 0 && lid == 0) {
-        if (total_out)
-            *CV_PTR(long, total_out, total_off) = total;
-        if (total > capacity)
-            cv_flag(flag, CV_CHECK_CAPACITY);
-    }
-    if (total > capacity)
-        return;
-    __global int *se = seqlens ? CV_PTR(int, seqlens, se_off) : 0;
-    __global int *po = page_out ? CV_PTR(int, page_out, po_off) : 0;
-    __global const int *pt = page_table ? CV_CPTR(int, page_table, pt_off) : 0;
-    blk_rows = clamp(blk_rows, 1, CV_SCAN_WG);
-    long nblk = (total + blk_rows - 1) / blk_rows;
-    for (long blk = get_group_id(0); blk < nblk; blk += get_num_groups(0)) {
-        long row0 = blk * blk_rows;
-        int rows = (int)min((long)blk_rows, total - row0);
-        if (q) {
-            long start = first;
-            for (long s = b0; s < b1 && start < row0 + rows; s++) {
-                long v = max(q[s], 0);
-                long lo = max(start, row0), hi = min(start + v, row0 + rows);
-                for (long r = lo; r < hi; r++) {
-                    row_seq[r - row0] = (int)s;
-                    row_j[r - row0] = (int)(r - start);
-                }
-                start += v;
-            }
-        } else if ((int)lid < rows) {
-            long r = row0 + lid;
-            row_seq[lid] = (int)(r / uniform_q);
-            row_j[lid] = (int)(r % uniform_q);
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if ((int)lid < rows && se) {
-            int s = row_seq[lid];
-            long qs = q ? q[s] : uniform_q;
-            long v = (long)kv[s] - qs + 1 + row_j[lid];
-            se[row0 + lid] = (int)max(v, 0L);
-        }
-        if (po && pt) {
-            uint rpg = CV_SCAN_WG / page_lpr;
-            uint sub = lid / page_lpr, lane = lid % page_lpr;
-            for (int k = sub; k < rows; k += rpg) {
-                __global const int *src = pt + (long)row_seq[k] * pt_stride;
-                __global int *d = po + (row0 + k) * out_stride;
-                if (page_vec) /* 16-byte aligned rows of whole int4s */
-                    cv_expand_row4((__global int4 *)d, (__global const int4 *)src,
-                                   col_limit / 4, lane, page_lpr);
-                else
-                    cv_expand_row(d, src, col_limit, lane, page_lpr);
-            }
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-}
-
-#endif /* section 1 */
-
-/* ================================================================ sections 2 and 3 */
-#if CV_IN(2) || CV_IN(3)
-
-#ifndef CV_UNROLL
-#define CV_UNROLL 4 /* units each lane loads before it stores (bytes in flight) */
-#endif
 
 /* Row copy by `lpr` lanes: each lane loads up to CV_UNROLL units, lpr apart,
  * then stores them, so several loads are in flight per lane. */
@@ -968,11 +552,9 @@ segment_pack_fused(__global const int *lens, ulong lens_off, int batch, long S, 
 }
 #endif
 
-#endif /* sections 2 and 3 */
 
-/* ================================================================ section 3 */
-#if CV_IN(3)
 
+#if CV_ACC
 /*
  * Accumulate with repeated destinations, deterministic: a work-group owns
  * CV_ACC_ROWS destination rows by CV_COPY_WG columns and walks all indices
@@ -1024,65 +606,4 @@ segment_scatter_add_ordered(__global const uchar *src, ulong src_off, ulong src_
         }
     }
 }
-
-#endif /* section 3 */
-
-/* ================================================================ section 4 */
-#if CV_IN(4)
-
-inline ulong cv_mix64(ulong x)
-{
-    ulong z = x + 0x9E3779B97F4A7C15UL;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9UL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBUL;
-    return z ^ (z >> 31);
-}
-
-inline float cv_gen_uniform(ulong seed, uint row, uint i)
-{
-    ulong h = cv_mix64(seed ^ cv_mix64(((ulong)row << 32) | (ulong)i));
-    return (float)(uint)(h >> 40) * 0x1p-24f;
-}
-
-/*
- * One work-item per row. Bit-identical to the CPU only with correctly
- * rounded f32 division: the host builds this section with
- * -cl-fp32-correctly-rounded-divide-sqrt, and computes on the host instead
- * when the device cannot. FP_CONTRACT is off (top of file) so no product is
- * fused into an add.
- */
-__kernel void segment_gen_seq_lens(ulong seed, int world, int n, int total, __global int *out,
-                                   ulong out_off)
-{
-    int row = (int)get_global_id(0);
-    if (row >= world)
-        return;
-    __global int *len = CV_PTR(int, out, out_off) + (long)row * n;
-    float floor_add = 0.25f / (float)n;
-    float sum = 0.0f;
-    for (int i = 0; i < n; i++)
-        sum = sum + (cv_gen_uniform(seed, (uint)row, (uint)i) + floor_add);
-    float total_f = (float)total;
-    long acc = 0;
-    for (int i = 0; i < n; i++) {
-        float ratio = (cv_gen_uniform(seed, (uint)row, (uint)i) + floor_add) / sum;
-        float x = ratio * total_f;
-        int v = (int)rint(x);
-        len[i] = v;
-        acc += v;
-    }
-    long last = (long)len[n - 1] - (acc - total);
-    if (last >= 0) {
-        len[n - 1] = (int)last;
-        return;
-    }
-    len[n - 1] = 0;
-    long deficit = -last;
-    for (int i = n - 2; i >= 0 && deficit > 0; i--) {
-        long take = min((long)len[i], deficit);
-        len[i] = (int)(len[i] - take);
-        deficit -= take;
-    }
-}
-
-#endif /* section 4 */
+#endif /* CV_ACC */

@@ -1,4 +1,4 @@
-/* The segment family's CPU fallback (SPEC 2), called by lib/op-segment.c
+/* The segment family's CPU fallback (SPEC 2), called by lib/segment/
  * after it has validated every argument: cu_seqlens <-> lengths, token maps,
  * pack / pack_masked / unpack, row gather and scatter (overwrite or f32
  * accumulate, in index order), seqlens_expanded with the page-table
@@ -39,6 +39,18 @@ static inline float cv_gen_uniform(uint64_t seed, uint32_t row, uint32_t i)
     uint64_t h = cv_mix64(seed ^ cv_mix64(((uint64_t)row << 32) | i));
     return (float)(uint32_t)(h >> 40) * 0x1p-24f;
 }
+
+/* ---- Row helpers shared by the CPU operations (segment-rows.c). Strides
+ * and row sizes in bytes. */
+
+/** Rows per pool task: enough to move about 64 KiB. */
+int64_t cv_cpu_rows_grain(size_t row_bytes);
+void cv_cpu_copy_rows(void *dst, size_t dst_stride, const void *src, size_t src_stride,
+                      int64_t rows, size_t row_bytes);
+void cv_cpu_zero_rows(void *dst, size_t dst_stride, int64_t rows, size_t row_bytes);
+/** dst row += the rows src + ms[k] * src_stride for k ascending, in the kernels' order. */
+void cv_cpu_acc_row(clvarlen_dtype dtype, int64_t elems, void *dst, const char *src,
+                    size_t src_stride, const int64_t *ms, int64_t count);
 
 /** Upper-bound search: the last s in [0, n) with cu[s] <= t (n >= 1). */
 int64_t cv_seq_of_token_host(const int32_t *cu, int64_t n, int64_t t);
