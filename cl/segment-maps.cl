@@ -8,38 +8,6 @@
  */
 #pragma OPENCL FP_CONTRACT OFF
 
-/* Also in segment.cl and segment-scan.cl: each program is one file (no #include; the
- * cache hash covers every byte compiled). */
-/* An earlier check kernel failed: skip (only when checks are on). */
-#define CV_SKIP_ON_FLAG(flag, check)                                                          \
-    do {                                                                                      \
-        if ((check) && (flag) && *(volatile __global int *)(flag) != 0)                       \
-            return;                                                                           \
-    } while (0)
-
-/* Also in segment.cl: each program is one file (no #include; the
- * cache hash covers every byte compiled). */
-/* A map entry: int32 or int64 table, one of them given (byte offset off). */
-inline long cv_map_at(__global const int *m32, __global const long *m64, ulong off, long i)
-{
-    if (m64)
-        return CV_CPTR(long, m64, off)[i];
-    return CV_CPTR(int, m32, off)[i];
-}
-
-/* Also in segment.cl: each program is one file (no #include; the
- * cache hash covers every byte compiled). */
-/* SPEC 2.5 chunk c of C in a document of length L. */
-inline int cv_chunk_start(int L, int C, int c)
-{
-    int base = L / C, rem = L % C;
-    return c * base + min(c, rem);
-}
-inline int cv_chunk_len(int L, int C, int c)
-{
-    return L / C + (c < L % C ? 1 : 0);
-}
-
 /* Global token of local token i of a rank (local_cu from segment_cp_scan). */
 inline long cv_cp_global_of_local(__global const int *cu, __global const int *lcu, int n, int C,
                                   int rank, long i, int *doc)

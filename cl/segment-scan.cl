@@ -7,67 +7,6 @@
  */
 #pragma OPENCL FP_CONTRACT OFF
 
-#ifndef CV_SCAN_WG
-#define CV_SCAN_WG 256 /* work-group size of scans and of seqlens_expand */
-#endif
-
-/* Also in segment.cl and segment-maps.cl: each program is one file (no #include; the
- * cache hash covers every byte compiled). */
-/* An earlier check kernel failed: skip (only when checks are on). */
-#define CV_SKIP_ON_FLAG(flag, check)                                                          \
-    do {                                                                                      \
-        if ((check) && (flag) && *(volatile __global int *)(flag) != 0)                       \
-            return;                                                                           \
-    } while (0)
-
-/* Also in segment.cl: each program is one file (no #include; the
- * cache hash covers every byte compiled). */
-/* Exclusive work-group scan of x over CV_SCAN_WG lanes (Hillis-Steele in
- * local memory); *total receives the sum of all lanes. All lanes must call.
- * Scans here give each lane a contiguous block and call this once, so a
- * kernel has few barriers (PoCL compiles barrier regions slowly). */
-inline long cv_wg_exclusive(long x, __local long *tmp, long *total)
-{
-    uint lid = get_local_id(0);
-    tmp[lid] = x;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint off = 1; off < CV_SCAN_WG; off <<= 1) {
-        long y = lid >= off ? tmp[lid - off] : 0;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        tmp[lid] += y;
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    long r = tmp[lid] - x;
-    *total = tmp[CV_SCAN_WG - 1];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return r;
-}
-
-/* A block of invalid values counts this much: any total reaching it is invalid. */
-#define CV_BAD_SUM (1L << 40)
-
-/* This lane's block [*b0, *b1) of n items split over CV_SCAN_WG lanes. */
-inline void cv_lane_block(long n, long *b0, long *b1)
-{
-    long per = (n + CV_SCAN_WG - 1) / CV_SCAN_WG;
-    *b0 = min((long)get_local_id(0) * per, n);
-    *b1 = min(*b0 + per, n);
-}
-
-/* SPEC 2.5: the length of chunk c of C in a document of length L. */
-inline int cv_chunk_len(int L, int C, int c)
-{
-    return L / C + (c < L % C ? 1 : 0);
-}
-
-/* Local length of a document (head + tail chunk), packed head << 32 | tail. */
-inline long cv_cp_parts(__global const int *g, int s, int C, int rank)
-{
-    int L = max(g[s + 1] - g[s], 0);
-    return ((long)cv_chunk_len(L, C, rank) << 32) + cv_chunk_len(L, C, C - 1 - rank);
-}
-
-
 /*
  * cu[0..n] = exclusive scan of len (n + 1 entries). First pass: every length
  * in [0, max_len] (max_len < 0: no bound) and the total within int32, else

@@ -31,9 +31,6 @@
 #ifndef CV_DTYPE
 #define CV_DTYPE CV_DT_F32
 #endif
-#ifndef CV_SCAN_WG
-#define CV_SCAN_WG 256 /* work-group size of the fused kernels' scans */
-#endif
 #ifndef CV_COPY_WG
 #define CV_COPY_WG 256 /* work-group size of the ordered accumulate */
 #endif
@@ -98,64 +95,6 @@ inline cv_acc_t cv_acc_add(cv_acc_t a, cv_acc_t b)
 #define CV_ACC_ZERO 0.0f
 #endif
 
-/* An earlier check kernel failed: skip (only when checks are on). */
-#define CV_SKIP_ON_FLAG(flag, check)                                                          \
-    do {                                                                                      \
-        if ((check) && (flag) && *(volatile __global int *)(flag) != 0)                       \
-            return;                                                                           \
-    } while (0)
-
-/* A map entry: int32 or int64 table, one of them given (byte offset off). */
-inline long cv_map_at(__global const int *m32, __global const long *m64, ulong off, long i)
-{
-    if (m64)
-        return CV_CPTR(long, m64, off)[i];
-    return CV_CPTR(int, m32, off)[i];
-}
-
-/* Exclusive work-group scan of x over CV_SCAN_WG lanes (Hillis-Steele in
- * local memory); *total receives the sum of all lanes. All lanes must call.
- * Scans here give each lane a contiguous block and call this once, so a
- * kernel has few barriers (PoCL compiles barrier regions slowly). */
-inline long cv_wg_exclusive(long x, __local long *tmp, long *total)
-{
-    uint lid = get_local_id(0);
-    tmp[lid] = x;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint off = 1; off < CV_SCAN_WG; off <<= 1) {
-        long y = lid >= off ? tmp[lid - off] : 0;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        tmp[lid] += y;
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    long r = tmp[lid] - x;
-    *total = tmp[CV_SCAN_WG - 1];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return r;
-}
-
-/* A block of invalid values counts this much: any total reaching it is invalid. */
-#define CV_BAD_SUM (1L << 40)
-
-/* This lane's block [*b0, *b1) of n items split over CV_SCAN_WG lanes. */
-inline void cv_lane_block(long n, long *b0, long *b1)
-{
-    long per = (n + CV_SCAN_WG - 1) / CV_SCAN_WG;
-    *b0 = min((long)get_local_id(0) * per, n);
-    *b1 = min(*b0 + per, n);
-}
-
-/* SPEC 2.5 chunk c of C in a document of length L. */
-inline int cv_chunk_start(int L, int C, int c)
-{
-    int base = L / C, rem = L % C;
-    return c * base + min(c, rem);
-}
-inline int cv_chunk_len(int L, int C, int c)
-{
-    return L / C + (c < L % C ? 1 : 0);
-}
-
 /* cv_seq_of_token on a local-memory copy of cu_seqlens. */
 inline int cv_seq_of_token_local(__local const int *cu, int n, int t)
 {
@@ -202,14 +141,6 @@ inline int cv_seq_of_token_local(__local const int *cu, int n, int t)
     }
 CV_DEFINE_CP_MAP(cv_cp_map_global, __global, cv_seq_of_token)
 CV_DEFINE_CP_MAP(cv_cp_map_local, __local, cv_seq_of_token_local)
-
-/* Local length of a document (head + tail chunk), packed head << 32 | tail. */
-inline long cv_cp_parts(__global const int *g, int s, int C, int rank)
-{
-    int L = max(g[s + 1] - g[s], 0);
-    return ((long)cv_chunk_len(L, C, rank) << 32) + cv_chunk_len(L, C, C - 1 - rank);
-}
-
 
 /* Row copy by `lpr` lanes: each lane loads up to CV_UNROLL units, lpr apart,
  * then stores them, so several loads are in flight per lane. */

@@ -215,6 +215,7 @@ START_TEST(kp_good_copy_is_used)
     copy_file(src, good, "cv-shared.h");
     copy_file(src, good, "common.clh");
     copy_file(src, good, "segment.cl");
+    copy_file(src, good, "segment.clh");
     snprintf(list, sizeof list, "%s:%s", empty, good);
     tu_log log = {0};
     clvarlen_context *ctx = path_context(list, &log);

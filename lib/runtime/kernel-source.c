@@ -68,7 +68,9 @@ static bool running_from_build_tree(void)
 }
 
 /* The preludes joined in front of every family file, in order: the constants
- * host and kernels share, then the common helpers. */
+ * host and kernels share, then the common helpers; then, where the directory
+ * has one, the family's own prelude <family>.clh (family: the file name up to
+ * its first '-' or '.', so segment-scan.cl gets segment.clh). */
 static const char *const preludes[] = {"cv-shared.h", "common.clh"};
 #define N_PRELUDES (sizeof preludes / sizeof preludes[0])
 
@@ -115,12 +117,13 @@ static clvarlen_status load_source(clvarlen_context *ctx, const char *file, char
     for (size_t i = 0; i < n_dirs; i++) {
         char path[PATH_MAX];
         snprintf(path, sizeof path, "%s/%s", dirs[i], file);
-        char *parts[N_PRELUDES + 1] = {NULL};
-        size_t sizes[N_PRELUDES + 1] = {0};
-        parts[N_PRELUDES] = read_file(path, &sizes[N_PRELUDES]);
+        /* parts: the preludes, the family prelude (may stay NULL), the file */
+        char *parts[N_PRELUDES + 2] = {NULL};
+        size_t sizes[N_PRELUDES + 2] = {0};
+        parts[N_PRELUDES + 1] = read_file(path, &sizes[N_PRELUDES + 1]);
         size_t used = strlen(searched);
         snprintf(searched + used, sizeof searched - used, "%s%s", used ? ", " : "", dirs[i]);
-        if (!parts[N_PRELUDES])
+        if (!parts[N_PRELUDES + 1])
             continue;
         const char *missing = NULL;
         for (size_t j = 0; j < N_PRELUDES && !missing; j++) {
@@ -128,8 +131,19 @@ static clvarlen_status load_source(clvarlen_context *ctx, const char *file, char
             if (!(parts[j] = read_file(path, &sizes[j])))
                 missing = preludes[j];
         }
-        char *joined = missing ? NULL : join_source(parts, sizes, N_PRELUDES + 1, size);
-        for (size_t j = 0; j <= N_PRELUDES; j++)
+        int family_len = (int)strcspn(file, "-.");
+        snprintf(path, sizeof path, "%s/%.*s.clh", dirs[i], family_len, file);
+        parts[N_PRELUDES] = read_file(path, &sizes[N_PRELUDES]);
+        char *joined = NULL;
+        if (!missing) {
+            /* join_source skips nothing: an absent family prelude joins as "" */
+            char empty[1] = "";
+            char *join[N_PRELUDES + 2];
+            for (size_t j = 0; j < N_PRELUDES + 2; j++)
+                join[j] = parts[j] ? parts[j] : empty;
+            joined = join_source(join, sizes, N_PRELUDES + 2, size);
+        }
+        for (size_t j = 0; j < N_PRELUDES + 2; j++)
             free(parts[j]);
         /* dirs[] point into path_copy: free it only after the last use. */
         if (missing)
