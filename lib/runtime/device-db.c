@@ -18,7 +18,7 @@ static void generic(cv_tuning *t)
     t->gdn_k_lanes = 8;
     t->gdn_chunk_v_tile = 16;
     t->gdn_chunk_wg = 256;
-    t->gdn_chunk_min = 0; /* AUTO stays token by token (see op-gated-delta.c) */
+    t->gdn_chunk_min = 0; /* AUTO stays token by token (see lib/gated-delta/) */
     t->attn_block_m = 32;
     t->attn_block_n = 32;
     t->attn_wg = 64;
