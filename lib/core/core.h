@@ -148,6 +148,61 @@ clvarlen_status cv_check_rows(clvarlen_context *ctx, const char *fn, const char 
 /** Bytes spanned by `rows` rows of row_elems at `stride` elements (0 when rows == 0). */
 size_t cv_span_bytes(clvarlen_dtype dtype, int64_t row_elems, int64_t rows, int64_t stride);
 
+/* The bytes a tensor covers: `rows` rows of row_bytes, stride_b apart, from
+ * byte `start` (a host address, or a byte offset into one device buffer). */
+typedef struct cv_extent {
+    uint64_t start;
+    uint64_t row_bytes, stride_b;
+    int64_t rows;
+} cv_extent;
+
+/** `bytes` contiguous bytes from start (empty when bytes == 0). */
+static inline cv_extent cv_extent_bytes(uint64_t start, uint64_t bytes)
+{
+    cv_extent e = {start, bytes, bytes, bytes > 0 ? 1 : 0};
+    return e;
+}
+/** rows of row_bytes, stride_b apart, from start. */
+static inline cv_extent cv_extent_rows(uint64_t start, int64_t rows, uint64_t row_bytes,
+                                       uint64_t stride_b)
+{
+    cv_extent e = {start, row_bytes, stride_b, rows};
+    return e;
+}
+/** Bytes from start to the end of the last row (0 when empty). */
+uint64_t cv_extent_span(const cv_extent *e);
+/** Whether two extents of one address space share a byte (exact for two views
+ * with one row stride, such as column slices of one fused tensor; otherwise
+ * overlapping byte ranges count). */
+bool cv_extents_overlap(const cv_extent *a, const cv_extent *b);
+
+/* One argument of an aliasing check: a tensor in an address space (`space`:
+ * NULL for host memory, the root buffer for device memory). */
+typedef struct cv_region {
+    const char *name;
+    const void *space;
+    cv_extent ext;
+    bool output;
+    /* bit j: this output may coincide exactly with region j (in place) */
+    unsigned may_equal;
+} cv_region;
+
+/** Every output must share no byte with any other region (input or output),
+ * except an exact coincidence its may_equal allows: else
+ * CLVARLEN_ERROR_INVALID_ARGUMENT naming both. At most 32 regions. */
+clvarlen_status cv_check_no_overlap(clvarlen_context *ctx, const char *fn, const cv_region *r,
+                                    size_t n);
+/** A host region (ptr NULL: empty). */
+static inline cv_region cv_host_region(const char *name, const void *ptr, cv_extent ext,
+                                       bool output)
+{
+    cv_region r = {name, NULL, ext, output, 0};
+    r.ext.start = (uint64_t)(uintptr_t)ptr;
+    if (!ptr)
+        r.ext.rows = 0;
+    return r;
+}
+
 /* ------------------------------------------------------------ CPU thread pool (threadpool.c) */
 
 /** threads <= 0: one worker per physical core (hwloc), else sysconf. NULL on failure. */
