@@ -247,7 +247,8 @@ START_TEST(cl_mem_matches_host)
                                       d.buf[D_K], 256, d.buf[D_V], 256, d.buf[D_CU], 256,
                                       d.buf[D_POOL], 256, d.buf[D_SIDX], 256, NULL, 0, NULL, 0,
                                       d.buf[D_O], 256, 0, NULL, NULL);
-    ck_assert_int_eq(st, CLVARLEN_ERROR_INVALID_ARGUMENT);
+    ck_assert_int_eq(st, CLVARLEN_ERROR_BUFFER_TOO_SMALL);
+    ck_assert_ptr_nonnull(strstr(clvarlen_last_error(gdn_ctx), "state_pool"));
     free(o);
     free(pool);
     dev_free(&d);

@@ -341,49 +341,27 @@ clvarlen_status clvarlen_gated_delta_rule(clvarlen_context *context,
 
 #if CLVARLEN_HAVE_OPENCL
 
-static clvarlen_status gdn_mem_fits(clvarlen_context *ctx, const char *fn, const char *what,
-                                    cl_mem m, size_t off, size_t bytes)
-{
-    size_t size = 0;
-    cl_int err = clGetMemObjectInfo(m, CL_MEM_SIZE, sizeof size, &size, NULL);
-    if (err != CL_SUCCESS)
-        return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: %s is not a valid buffer (%s)",
-                        fn, what, cv_cl_error_name(err));
-    if (off > size || bytes > size - off)
-        return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT,
-                        "%s: %s needs %zu bytes from offset %zu but the buffer has %zu", fn, what,
-                        bytes, off, size);
-    return CLVARLEN_SUCCESS;
-}
-
-/* One cl_mem argument: where it goes, and what it must satisfy. */
+/* One cl_mem argument (checked by the runtime's cv_check_mem_arg: present
+ * when needed, offset aligned, buffer large enough) and its slot in the
+ * launcher's buffers. */
 typedef struct gdn_arg {
-    const char *name;
-    cl_mem m;
-    size_t off, align, bytes;
+    cv_mem_arg a;
     cv_gdn_mem *dst;
-    bool needed;               /* NULL is an error (else: absent) */
 } gdn_arg;
 
-/* Checks each buffer given (offset alignment, size) and binds it into its slot of d. */
+/* Checks each buffer given and binds it into its slot of d. */
 static clvarlen_status gdn_bind(clvarlen_context *ctx, const char *fn, const gdn_arg *args,
                                 size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         const gdn_arg *x = &args[i];
-        if (!x->m) {
-            if (x->needed)
-                return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", fn,
-                                x->name);
-            continue;
-        }
-        clvarlen_status st = cv_check_offset(ctx, fn, x->name, x->off, x->align);
+        clvarlen_status st = cv_check_mem_arg(ctx, fn, &x->a);
         if (st != CLVARLEN_SUCCESS)
             return st;
-        if ((st = gdn_mem_fits(ctx, fn, x->name, x->m, x->off, x->bytes)) != CLVARLEN_SUCCESS)
-            return st;
-        x->dst->m = x->m;
-        x->dst->off = x->off;
+        if (!x->a.mem)
+            continue;
+        x->dst->m = x->a.mem;
+        x->dst->off = x->a.offset;
     }
     return CLVARLEN_SUCCESS;
 }
@@ -422,36 +400,34 @@ clvarlen_status clvarlen_cl_gated_delta_rule(
     const size_t slot = (size_t)(HV * K * V);
     cv_gdn_bufs d;
     memset(&d, 0, sizeof d);
+    const size_t pool_bytes =
+        p.slots > 0 ? (size_t)((p.slots - 1) * p.slot_pitch + HV * K * V) * ses : 0;
+    const size_t inter_bytes = (size_t)p.cache_slots * (size_t)p.cache_steps * slot * ses;
+#define GDN_ARG(nm, mem_, off_, align_, bytes_, dst_, needed_)                                 \
+    {.a = {.name = nm, .mem = mem_, .offset = off_, .align = align_,                           \
+           .ext = cv_extent_bytes(0, bytes_), .needed = needed_},                              \
+     .dst = dst_}
     const gdn_arg args[] = {
-        {.name = "A_log", .m = A_log, .off = A_log_offset, .align = 4,
-         .bytes = (size_t)HV * 4, .dst = &d.A_log, .needed = T > 0},
-        {.name = "dt_bias", .m = dt_bias, .off = dt_bias_offset, .align = bes,
-         .bytes = (size_t)HV * bes, .dst = &d.dt_bias, .needed = T > 0},
-        {.name = "a", .m = a, .off = a_offset, .align = es,
-         .bytes = cv_span_bytes(p.dtype, HV, T, p.a_stride), .dst = &d.a, .needed = T > 0},
-        {.name = "b", .m = b, .off = b_offset, .align = es,
-         .bytes = cv_span_bytes(p.dtype, HV, T, p.b_stride), .dst = &d.b, .needed = T > 0},
-        {.name = "q", .m = q, .off = q_offset, .align = es,
-         .bytes = cv_span_bytes(p.dtype, H * K, T, p.q_stride), .dst = &d.q, .needed = T > 0},
-        {.name = "k", .m = k, .off = k_offset, .align = es,
-         .bytes = cv_span_bytes(p.dtype, H * K, T, p.k_stride), .dst = &d.k, .needed = T > 0},
-        {.name = "v", .m = v, .off = v_offset, .align = es,
-         .bytes = cv_span_bytes(p.dtype, HV * V, T, p.v_stride), .dst = &d.v, .needed = T > 0},
-        {.name = "cu_seqlens", .m = cu_seqlens, .off = cu_offset, .align = 4,
-         .bytes = (size_t)(N + 1) * 4, .dst = &d.cu},
-        {.name = "state_pool", .m = state_pool, .off = state_offset, .align = ses,
-         .bytes = p.slots > 0 ? (size_t)((p.slots - 1) * p.slot_pitch + HV * K * V) * ses : 0,
-         .dst = &d.pool},
-        {.name = "state_indices", .m = state_pool ? state_indices : NULL,
-         .off = state_indices_offset, .align = 4, .bytes = (size_t)N * 4, .dst = &d.sidx},
-        {.name = "intermediate_states", .m = intermediate_states, .off = intermediate_offset,
-         .align = ses, .bytes = (size_t)p.cache_slots * (size_t)p.cache_steps * slot * ses,
-         .dst = &d.inter},
-        {.name = "cache_indices", .m = intermediate_states ? cache_indices : NULL,
-         .off = cache_indices_offset, .align = 4, .bytes = (size_t)N * 4, .dst = &d.cidx},
-        {.name = "o", .m = o, .off = o_offset, .align = es,
-         .bytes = cv_span_bytes(p.dtype, HV * V, T, p.o_stride), .dst = &d.o, .needed = T > 0},
+        GDN_ARG("A_log", A_log, A_log_offset, 4, (size_t)HV * 4, &d.A_log, T > 0),
+        GDN_ARG("dt_bias", dt_bias, dt_bias_offset, bes, (size_t)HV * bes, &d.dt_bias, T > 0),
+        GDN_ARG("a", a, a_offset, es, cv_span_bytes(p.dtype, HV, T, p.a_stride), &d.a, T > 0),
+        GDN_ARG("b", b, b_offset, es, cv_span_bytes(p.dtype, HV, T, p.b_stride), &d.b, T > 0),
+        GDN_ARG("q", q, q_offset, es, cv_span_bytes(p.dtype, H * K, T, p.q_stride), &d.q, T > 0),
+        GDN_ARG("k", k, k_offset, es, cv_span_bytes(p.dtype, H * K, T, p.k_stride), &d.k, T > 0),
+        GDN_ARG("v", v, v_offset, es, cv_span_bytes(p.dtype, HV * V, T, p.v_stride), &d.v,
+                T > 0),
+        GDN_ARG("cu_seqlens", cu_seqlens, cu_offset, 4, (size_t)(N + 1) * 4, &d.cu, false),
+        GDN_ARG("state_pool", state_pool, state_offset, ses, pool_bytes, &d.pool, false),
+        GDN_ARG("state_indices", state_pool ? state_indices : NULL, state_indices_offset, 4,
+                (size_t)N * 4, &d.sidx, false),
+        GDN_ARG("intermediate_states", intermediate_states, intermediate_offset, ses,
+                inter_bytes, &d.inter, false),
+        GDN_ARG("cache_indices", intermediate_states ? cache_indices : NULL,
+                cache_indices_offset, 4, (size_t)N * 4, &d.cidx, false),
+        GDN_ARG("o", o, o_offset, es, cv_span_bytes(p.dtype, HV * V, T, p.o_stride), &d.o,
+                T > 0),
     };
+#undef GDN_ARG
     if ((st = gdn_bind(context, fn, args, sizeof args / sizeof args[0])) != CLVARLEN_SUCCESS)
         return st;
     return cv_gdn_cl_run(context, fn, params, &p, &d, num_events, wait_list, event);

@@ -214,4 +214,74 @@ clvarlen_status cv_check_offset(clvarlen_context *ctx, const char *fn, const cha
     return CLVARLEN_SUCCESS;
 }
 
+clvarlen_status cv_check_mem_arg(clvarlen_context *ctx, const char *fn, const cv_mem_arg *a)
+{
+    if (!a->mem)
+        return a->needed ? cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", fn,
+                                    a->name)
+                         : CLVARLEN_SUCCESS;
+    clvarlen_status st = cv_check_offset(ctx, fn, a->name, a->offset, a->align);
+    if (st != CLVARLEN_SUCCESS)
+        return st;
+    uint64_t bytes = cv_extent_span(&a->ext);
+    if (bytes == 0)
+        return CLVARLEN_SUCCESS;
+    size_t size = 0;
+    cl_int err = clGetMemObjectInfo(a->mem, CL_MEM_SIZE, sizeof size, &size, NULL);
+    if (err != CL_SUCCESS)
+        return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: %s is not a valid buffer (%s)",
+                        fn, a->name, cv_cl_error_name(err));
+    if (a->offset > size || bytes > (uint64_t)(size - a->offset))
+        return cv_error(ctx, CLVARLEN_ERROR_BUFFER_TOO_SMALL,
+                        "%s: %s needs %llu bytes from offset %zu but the buffer has %zu bytes", fn,
+                        a->name, (unsigned long long)bytes, a->offset, size);
+    return CLVARLEN_SUCCESS;
+}
+
+/* The buffer a cl_mem's bytes live in, and its offset there (sub-buffers). */
+static void mem_root(cl_mem m, const void **root, uint64_t *offset)
+{
+    cl_mem parent = NULL;
+    size_t off = 0;
+    *root = m;
+    *offset = 0;
+    if (clGetMemObjectInfo(m, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent, &parent, NULL) !=
+            CL_SUCCESS ||
+        !parent)
+        return;
+    if (clGetMemObjectInfo(m, CL_MEM_OFFSET, sizeof off, &off, NULL) != CL_SUCCESS)
+        return;
+    *root = parent;
+    *offset = off;
+}
+
+clvarlen_status cv_check_mem_args(clvarlen_context *ctx, const char *fn, const cv_mem_arg *a,
+                                  size_t n)
+{
+    cv_region r[32];
+    if (n > 32)
+        return cv_error(ctx, CLVARLEN_ERROR_INTERNAL, "%s: too many buffer arguments", fn);
+    bool any_output = false;
+    for (size_t i = 0; i < n; i++) {
+        clvarlen_status st = cv_check_mem_arg(ctx, fn, &a[i]);
+        if (st != CLVARLEN_SUCCESS)
+            return st;
+        any_output = any_output || (a[i].mem && a[i].output);
+    }
+    if (!any_output)
+        return CLVARLEN_SUCCESS;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t base = 0;
+        r[i] = (cv_region){.name = a[i].name, .ext = a[i].ext, .output = a[i].output,
+                           .may_equal = a[i].may_equal};
+        if (!a[i].mem) {
+            r[i].ext.rows = 0;
+            continue;
+        }
+        mem_root(a[i].mem, &r[i].space, &base);
+        r[i].ext.start = base + a[i].offset;
+    }
+    return cv_check_no_overlap(ctx, fn, r, n);
+}
+
 #endif /* CLVARLEN_HAVE_OPENCL */

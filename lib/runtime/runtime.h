@@ -180,6 +180,34 @@ clvarlen_status cv_cl_enter(clvarlen_context *ctx, const char *fn, cl_uint num_e
 clvarlen_status cv_check_offset(clvarlen_context *ctx, const char *fn, const char *what,
                                 size_t offset, size_t align);
 
+/* One cl_mem tensor argument of an entry point: the buffer and byte offset,
+ * the element alignment the offset needs, and the bytes from the offset the
+ * shapes say it spans (ext, its start ignored). */
+typedef struct cv_mem_arg {
+    const char *name;
+    cl_mem mem;
+    size_t offset, align;
+    cv_extent ext;
+    bool needed;        /* NULL is an error (else NULL means absent) */
+    bool output;        /* written by the operation: must not overlap another argument */
+    unsigned may_equal; /* bit j: may coincide exactly with argument j (in place) */
+} cv_mem_arg;
+
+/**
+ * One argument: NULL when needed is CLVARLEN_ERROR_INVALID_ARGUMENT, as is an
+ * offset not a multiple of align; a buffer smaller than offset + the extent's
+ * span (CL_MEM_SIZE) is CLVARLEN_ERROR_BUFFER_TOO_SMALL. Messages name it.
+ */
+clvarlen_status cv_check_mem_arg(clvarlen_context *ctx, const char *fn, const cv_mem_arg *a);
+/**
+ * cv_check_mem_arg on each of n (at most 32) arguments, then aliasing: an
+ * output sharing bytes with another argument in the same buffer (sub-buffers
+ * resolved to their parent) is CLVARLEN_ERROR_INVALID_ARGUMENT
+ * (cv_check_no_overlap).
+ */
+clvarlen_status cv_check_mem_args(clvarlen_context *ctx, const char *fn, const cv_mem_arg *a,
+                                  size_t n);
+
 /* ------------------------------------------------------------ command chains (cl-chain.c) */
 
 /**
