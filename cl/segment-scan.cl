@@ -11,8 +11,9 @@
  * cu[0..n] = exclusive scan of len (n + 1 entries). First pass: every length
  * in [0, max_len] (max_len < 0: no bound) and the total within int32, else
  * CV_CHECK_VALUE; the total goes to scratch[0] (-1 when invalid) and to
- * total_out; a total over capacity (>= 0) raises CV_CHECK_CAPACITY. cu is
- * written only when everything holds.
+ * total_out (not with checks on when it is over capacity); a total over
+ * capacity (>= 0) raises CV_CHECK_CAPACITY. cu is written only when
+ * everything holds.
  */
 __kernel __attribute__((reqd_work_group_size(CV_SCAN_WG, 1, 1))) void
 segment_scan_lengths(__global const int *len, ulong len_off, int n, int max_len, long capacity,
@@ -44,13 +45,16 @@ segment_scan_lengths(__global const int *len, ulong len_off, int n, int max_len,
         }
         return;
     }
+    bool over = capacity >= 0 && total > capacity;
     if (lid == 0) {
         if (scratch)
             scratch[0] = total;
-        if (total_out)
+        /* unchecked, the total tells the caller the size needed; checked,
+         * the call fails and writes no output */
+        if (total_out && !(check && over))
             *CV_PTR(long, total_out, total_off) = total;
     }
-    if (capacity >= 0 && total > capacity) {
+    if (over) {
         if (lid == 0)
             cv_flag(flag, CV_CHECK_CAPACITY);
         return;
@@ -90,13 +94,16 @@ segment_cp_scan(__global const int *cu, ulong cu_off, int n, int world, int rank
     long packed;
     long run = cv_wg_exclusive(sum, tmp, &packed);
     long total = (packed >> 32) + (packed & 0xffffffffL);
+    bool over = capacity >= 0 && total > capacity;
     if (lid == 0) {
         if (scratch)
             scratch[0] = total;
-        if (total_out)
+        /* unchecked, the total tells the caller the size needed; checked,
+         * the call fails and writes no output */
+        if (total_out && !(check && over))
             *CV_PTR(long, total_out, total_off) = total;
     }
-    if (capacity >= 0 && total > capacity) {
+    if (over) {
         if (lid == 0)
             cv_flag(flag, CV_CHECK_CAPACITY);
         return;
@@ -242,7 +249,7 @@ segment_seqlens_expand(__global const int *kv_len, ulong kv_off, __global const 
         total = (long)n * (long)max(uniform_q, 0);
     }
     if (get_group_id(0) == 0 && lid == 0) {
-        if (total_out)
+        if (total_out && !(check && total > capacity)) /* as segment_scan_lengths */
             *CV_PTR(long, total_out, total_off) = total;
         if (total > capacity)
             cv_flag(flag, CV_CHECK_CAPACITY);

@@ -410,7 +410,8 @@ segment_cp_rows_fused(__global const int *cu, ulong cu_off, int n, int world, in
  * work-group scans valid_lens into local memory (validating them: each in
  * [0, S], total within int32, else CV_CHECK_VALUE and nothing written),
  * group 0 writes total_out (also when it exceeds capacity, which raises
- * CV_CHECK_CAPACITY and writes nothing else) and cu, and all groups copy
+ * CV_CHECK_CAPACITY and writes nothing else, unless checks are on) and cu,
+ * and all groups copy
  * packed rows t < total from padded row b * S + (t - cu[b]).
  */
 __kernel __attribute__((reqd_work_group_size(CV_SCAN_WG, 1, 1))) void
@@ -446,7 +447,7 @@ segment_pack_fused(__global const int *lens, ulong lens_off, int batch, long S, 
             cv_flag(flag, CV_CHECK_VALUE);
         return;
     }
-    if (first && lid == 0 && total_out)
+    if (first && lid == 0 && total_out && !(check && total > capacity))
         *CV_PTR(long, total_out, total_off) = total;
     if (total > capacity) {
         if (first && lid == 0)
