@@ -372,6 +372,7 @@ static Suite *api_suite(void)
     suite_add_tcase(s, tc);
 
     suite_add_tcase(s, api_segment_cases());
+    suite_add_tcase(s, api_limits_cases());
     return s;
 }
 

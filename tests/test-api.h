@@ -47,5 +47,7 @@ void check_ok(const clvarlen_context *ctx, clvarlen_status got, const char *labe
 
 /** The segment-arguments cases (test-api-segment.c). */
 TCase *api_segment_cases(void);
+/** test-api-limits.c: hostile shapes and aliasing on the host entry points. */
+TCase *api_limits_cases(void);
 
 #endif

@@ -726,6 +726,8 @@ int main(void)
     seg_add_cp_cases(s);
 #if TEST_BACKEND_CL
     seg_add_cl_cases(s);
+    seg_add_paths_cases(s);
+    seg_add_args_cases(s);
 #endif
     return tu_run_suite(s);
 }

@@ -85,6 +85,10 @@ void seg_add_cp_cases(Suite *s);
 clvarlen_context *seg_cl_context(int device_checks);
 /** The cl_mem and device-check cases. */
 void seg_add_cl_cases(Suite *s);
+/** test-segment-paths.c: one status for one bad input on every path. */
+void seg_add_paths_cases(Suite *s);
+/** test-segment-args.c: cl_mem buffer sizes, aliasing and hostile shapes. */
+void seg_add_args_cases(Suite *s);
 #endif
 
 #endif

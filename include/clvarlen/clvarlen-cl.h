@@ -15,7 +15,13 @@
  *
  * Errors common to every entry point here: CLVARLEN_ERROR_INVALID_ARGUMENT for
  * a NULL required buffer, an offset not aligned to its element size, or a wait
- * list whose count and pointer disagree; CLVARLEN_ERROR_OPENCL when an OpenCL
+ * list whose count and pointer disagree, or an output whose bytes overlap
+ * another argument's in the same buffer (or the same parent buffer of
+ * sub-buffers; the aliasing rules of clvarlen.h apply);
+ * CLVARLEN_ERROR_BUFFER_TOO_SMALL for a buffer (input or output) smaller
+ * than its offset plus the bytes the shapes and capacities say it spans
+ * (CL_MEM_SIZE; the message names it), checked before anything is enqueued;
+ * CLVARLEN_ERROR_OPENCL when an OpenCL
  * call fails; CLVARLEN_ERROR_KERNEL_NOT_FOUND / CLVARLEN_ERROR_KERNEL_BUILD on
  * the first use of a kernel. Sizes passed to kernels as 32-bit integers (row
  * counts, capacities) beyond INT32_MAX are CLVARLEN_ERROR_OVERFLOW.
@@ -81,7 +87,8 @@ CLVARLEN_API clvarlen_status clvarlen_cl_token_maps(clvarlen_context *context, c
  * general mask form (valid_lens ignored, may be NULL). The total is computed
  * on device and written to total_tokens (one int64; total_tokens may be NULL,
  * src_index too); when it exceeds capacity_tokens nothing else is written
- * (with device checks on the call returns CLVARLEN_ERROR_BUFFER_TOO_SMALL).
+ * (with device checks on the call returns CLVARLEN_ERROR_BUFFER_TOO_SMALL and
+ * writes nothing, total_tokens included).
  */
 CLVARLEN_API clvarlen_status clvarlen_cl_pack(clvarlen_context *context, clvarlen_dtype dtype,
                                               int64_t row_elems, cl_mem padded,
@@ -132,7 +139,7 @@ CLVARLEN_API clvarlen_status clvarlen_cl_scatter_rows(
  * page table; q_len == NULL means uniform_q_len. The total is computed on
  * device and written to `total` (one int64, may be NULL); rows beyond
  * capacity are never written (with device checks on, an overflow returns
- * CLVARLEN_ERROR_BUFFER_TOO_SMALL).
+ * CLVARLEN_ERROR_BUFFER_TOO_SMALL and writes nothing, total included).
  */
 CLVARLEN_API clvarlen_status clvarlen_cl_seqlens_expand(
     clvarlen_context *context, cl_mem kv_len, size_t kv_len_offset, cl_mem q_len,
@@ -145,7 +152,9 @@ CLVARLEN_API clvarlen_status clvarlen_cl_seqlens_expand(
 /**
  * CP plan on device: local_cu_seqlens [n+1] (required), head_cu/tail_cu
  * [n+1], global_index/position [capacity] (may be NULL); local token count
- * into `local_tokens` (one int64, may be NULL).
+ * into `local_tokens` (one int64, may be NULL). A local count over capacity
+ * writes no array; with device checks on it returns
+ * CLVARLEN_ERROR_BUFFER_TOO_SMALL and writes nothing, local_tokens included.
  */
 CLVARLEN_API clvarlen_status clvarlen_cl_cp_plan(
     clvarlen_context *context, cl_mem cu_seqlens, size_t cu_offset, int64_t n, int32_t world,

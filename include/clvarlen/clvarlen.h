@@ -21,6 +21,11 @@
  *   where int32 indices address them), CLVARLEN_ERROR_OUT_OF_MEMORY, and on
  *   an OpenCL context CLVARLEN_ERROR_OPENCL, CLVARLEN_ERROR_KERNEL_NOT_FOUND
  *   and CLVARLEN_ERROR_KERNEL_BUILD (first use of a kernel);
+ * - no output may share a byte with an input or with another output unless
+ *   the function says so (in place is allowed only where documented, e.g.
+ *   clvarlen_attention_merge2): CLVARLEN_ERROR_INVALID_ARGUMENT, nothing
+ *   written. Strided views of one tensor whose rows interleave without
+ *   sharing bytes (column slices at one stride) do not overlap;
  * - cu_seqlens are int32 [n + 1], cu[0] = 0, non-decreasing;
  * - token strides are in elements; 0 means "contiguous";
  * - a context may be used by one thread at a time; distinct contexts are
@@ -255,11 +260,12 @@ CLVARLEN_API clvarlen_status clvarlen_context_finish(clvarlen_context *context);
 
 /* ================================================================ segment family (SPEC 2) */
 
-/** cu_seqlens[0..n] from lengths[0..n-1] (exclusive scan). Negative lengths or a sum over INT32_MAX fail. */
+/** cu_seqlens[0..n] from lengths[0..n-1] (exclusive scan). Negative lengths or a sum over
+ * INT32_MAX fail; cu_seqlens must not overlap lengths (not in place). */
 CLVARLEN_API clvarlen_status clvarlen_cu_seqlens_from_lengths(clvarlen_context *context,
                                                               const int32_t *lengths, int64_t n,
                                                               int32_t *cu_seqlens);
-/** lengths[0..n-1] from a valid cu_seqlens[0..n]. */
+/** lengths[0..n-1] from a valid cu_seqlens[0..n]; lengths must not overlap cu_seqlens. */
 CLVARLEN_API clvarlen_status clvarlen_lengths_from_cu_seqlens(clvarlen_context *context,
                                                               const int32_t *cu_seqlens, int64_t n,
                                                               int32_t *lengths);
@@ -267,7 +273,8 @@ CLVARLEN_API clvarlen_status clvarlen_lengths_from_cu_seqlens(clvarlen_context *
  * Token maps for total_tokens = cu_seqlens[n] tokens: seq_id[t] (the last s
  * with cu[s] <= t, so empty sequences are skipped) and
  * pos[t] = t - cu[seq_id[t]] + offsets[seq_id[t]] (offsets may be NULL: 0).
- * seq_id or pos may be NULL (not computed), not both.
+ * seq_id or pos may be NULL (not computed), not both; they must not overlap
+ * each other or the inputs.
  */
 CLVARLEN_API clvarlen_status clvarlen_token_maps(clvarlen_context *context,
                                                  const int32_t *cu_seqlens, int64_t n,
@@ -282,7 +289,8 @@ CLVARLEN_API clvarlen_status clvarlen_token_maps(clvarlen_context *context,
  * the row stride of the padded tensor in elements (0: row_elems). A valid_lens
  * entry outside [0, max_seqlen] is CLVARLEN_ERROR_INVALID_ARGUMENT. total must
  * fit capacity_tokens (else CLVARLEN_ERROR_BUFFER_TOO_SMALL, nothing written);
- * *total_tokens (may be NULL) receives it.
+ * *total_tokens (may be NULL) receives it. No output (packed, cu_seqlens,
+ * src_index, *total_tokens) may overlap padded, valid_lens or another output.
  */
 CLVARLEN_API clvarlen_status clvarlen_pack(clvarlen_context *context, clvarlen_dtype dtype,
                                            int64_t row_elems, const void *padded,
@@ -294,7 +302,8 @@ CLVARLEN_API clvarlen_status clvarlen_pack(clvarlen_context *context, clvarlen_d
 /**
  * pack with a general mask [batch, max_seqlen] (nonzero byte = keep; holes
  * allowed, order kept). Indices come from the mask's positions, never from a
- * sum of mask values. Outputs as clvarlen_pack.
+ * sum of mask values. Outputs (and their aliasing rule) as clvarlen_pack; the
+ * mask is never written and the caller's outputs are never used as scratch.
  */
 CLVARLEN_API clvarlen_status clvarlen_pack_masked(clvarlen_context *context, clvarlen_dtype dtype,
                                                   int64_t row_elems, const void *padded,
@@ -309,7 +318,8 @@ CLVARLEN_API clvarlen_status clvarlen_pack_masked(clvarlen_context *context, clv
  * every other padded row is filled with *pad_value (one element of dtype;
  * NULL: zero bytes). src_index entries must be in [0, batch*max_seqlen)
  * (else CLVARLEN_ERROR_INDEX_OUT_OF_RANGE) and distinct (a repeat is
- * CLVARLEN_ERROR_INVALID_ARGUMENT).
+ * CLVARLEN_ERROR_INVALID_ARGUMENT). padded must not overlap packed, src_index
+ * or *pad_value.
  */
 CLVARLEN_API clvarlen_status clvarlen_unpack(clvarlen_context *context, clvarlen_dtype dtype,
                                              int64_t row_elems, const void *packed,
@@ -333,6 +343,7 @@ typedef enum clvarlen_scatter_mode {
 /**
  * gather: dst[m] = src[index[m]] for m < n_index; index -1 writes a zero row;
  * any other index outside [0, src_rows) is CLVARLEN_ERROR_INDEX_OUT_OF_RANGE.
+ * dst must not overlap src or index (no in-place gather).
  */
 CLVARLEN_API clvarlen_status clvarlen_gather_rows(clvarlen_context *context, clvarlen_dtype dtype,
                                                   int64_t row_elems, const void *src,
@@ -344,7 +355,7 @@ CLVARLEN_API clvarlen_status clvarlen_gather_rows(clvarlen_context *context, clv
  * row m; any other index outside [0, dst_rows) is
  * CLVARLEN_ERROR_INDEX_OUT_OF_RANGE. Overwrite with a repeated index is
  * CLVARLEN_ERROR_INVALID_ARGUMENT; accumulate sums repeated indices in index
- * order (m ascending).
+ * order (m ascending). dst must not overlap src or index.
  */
 CLVARLEN_API clvarlen_status clvarlen_scatter_rows(clvarlen_context *context, clvarlen_dtype dtype,
                                                    int64_t row_elems, const void *src,
@@ -365,7 +376,8 @@ CLVARLEN_API clvarlen_status clvarlen_scatter_rows(clvarlen_context *context, cl
  * col_limit > page_cols or a stride smaller than its row.
  * seqlens_expanded may be NULL (only the page table is expanded). Outputs must
  * hold capacity rows (sum q > capacity: CLVARLEN_ERROR_BUFFER_TOO_SMALL);
- * *total (may be NULL) receives sum q.
+ * *total (may be NULL) receives sum q. The outputs must not overlap the
+ * inputs or each other.
  */
 CLVARLEN_API clvarlen_status clvarlen_seqlens_expand(clvarlen_context *context,
                                                      const int32_t *kv_len, const int32_t *q_len,
@@ -389,6 +401,8 @@ typedef struct clvarlen_cp_plan_out {
     int32_t max_tail;          /**< out: longest tail half */
 } clvarlen_cp_plan_out;
 
+/** The outputs (the plan's arrays and *plan) must not overlap cu_seqlens or
+ * each other; on error nothing is written, the plan's counts included. */
 CLVARLEN_API clvarlen_status clvarlen_cp_plan(clvarlen_context *context, const int32_t *cu_seqlens,
                                               int64_t n, int32_t world, int32_t rank,
                                               clvarlen_cp_plan_out *plan);
@@ -398,6 +412,7 @@ CLVARLEN_API clvarlen_status clvarlen_cp_plan(clvarlen_context *context, const i
  * document. local_capacity bounds the output rows: fewer than this rank's
  * local tokens is CLVARLEN_ERROR_BUFFER_TOO_SMALL. Invalid world/rank
  * (world < 1, rank outside [0, world)) is CLVARLEN_ERROR_INVALID_ARGUMENT.
+ * local_rows must not overlap global_rows or cu_seqlens.
  */
 CLVARLEN_API clvarlen_status clvarlen_cp_gather(clvarlen_context *context, clvarlen_dtype dtype,
                                                 int64_t row_elems, const void *global_rows,
@@ -408,7 +423,8 @@ CLVARLEN_API clvarlen_status clvarlen_cp_gather(clvarlen_context *context, clvar
 /**
  * CP scatter (the backward of the gather): local rows -> global rows.
  * CLVARLEN_SCATTER_OVERWRITE with CLVARLEN_SCATTER_ZERO_REST gives zeros
- * elsewhere; CLVARLEN_SCATTER_ACCUMULATE adds into global_rows.
+ * elsewhere; CLVARLEN_SCATTER_ACCUMULATE adds into global_rows, which must
+ * not overlap local_rows or cu_seqlens.
  */
 CLVARLEN_API clvarlen_status clvarlen_cp_scatter(clvarlen_context *context, clvarlen_dtype dtype,
                                                  int64_t row_elems, const void *local_rows,
@@ -488,8 +504,9 @@ CLVARLEN_API void clvarlen_attention_params_init(clvarlen_attention_params *para
  * o: output [total_q, heads_q, head_dim_v] in dtype (elements between rows of
  * a strided o are left as they are). lse (may be NULL): f32 [heads_q,
  * total_q], the natural log of each row's softmax denominator.
- * A row that sees no key gets o = 0 and lse = -inf. o must not overlap the
- * inputs. An empty batch (N = 0 or total_q = 0) is a valid no-op.
+ * A row that sees no key gets o = 0 and lse = -inf. o and lse must not
+ * overlap the inputs or each other (CLVARLEN_ERROR_INVALID_ARGUMENT). An
+ * empty batch (N = 0 or total_q = 0) is a valid no-op.
  *
  * Errors: CLVARLEN_ERROR_INVALID_ARGUMENT (NULL, bad shape, stride, scale,
  * window, softcap or max_seqlen), CLVARLEN_ERROR_INVALID_CU_SEQLENS,
@@ -512,7 +529,8 @@ CLVARLEN_API clvarlen_status clvarlen_attention_forward(clvarlen_context *contex
  * +inf (and NaN) in lse_parts is read as -inf, and a part with lse -inf is
  * ignored (its o is not read); rows where every part is -inf (or n_parts = 0)
  * get o = 0, lse = -inf. n_parts >= 0, tokens >= 0, heads > 0, head_dim_v > 0;
- * dtype f32, f16 or bf16. The outputs must not overlap the inputs.
+ * dtype f32, f16 or bf16. The outputs must not overlap the inputs or each
+ * other, not even exactly (o = o_parts with one part).
  * Errors: CLVARLEN_ERROR_INVALID_ARGUMENT (NULL, negative or zero sizes,
  * overlapping buffers), CLVARLEN_ERROR_UNSUPPORTED (another dtype),
  * CLVARLEN_ERROR_OVERFLOW (sizes beyond int64 bytes), and the common ones.
@@ -527,7 +545,8 @@ CLVARLEN_API clvarlen_status clvarlen_attention_merge(clvarlen_context *context,
  * (o_a, lse_a) and (o_b, lse_b), each o [tokens, heads, head_dim_v] (dtype)
  * and lse [heads, tokens] f32, -> (o, lse) with the rules of
  * clvarlen_attention_merge. lse may be NULL. In place is allowed: o may be
- * o_a or o_b and lse may be lse_a or lse_b (exactly, not partly overlapping).
+ * o_a or o_b and lse may be lse_a or lse_b (exactly, not partly overlapping:
+ * that, or o overlapping lse, is CLVARLEN_ERROR_INVALID_ARGUMENT).
  * Errors as clvarlen_attention_merge.
  */
 CLVARLEN_API clvarlen_status clvarlen_attention_merge2(clvarlen_context *context,

@@ -166,6 +166,81 @@ static clvarlen_status validate_merge(clvarlen_context *ctx, const char *fn, clv
     return CLVARLEN_SUCCESS;
 }
 
+/* The extents of the forward's tensors (starts 0), in the order q, k, v,
+ * cu_seqlens_q, cu_seqlens_k, q_pos, o, lse. */
+static void forward_extents(const cv_attn_desc *d, cv_extent e[8])
+{
+    size_t es = cv_dtype_size(d->dtype);
+    uint64_t hq = (uint64_t)d->heads_q, hk = (uint64_t)d->heads_kv;
+    e[0] = cv_extent_rows(0, d->total_q, hq * (uint64_t)d->head_dim * es,
+                          (uint64_t)d->q_stride * es);
+    e[1] = cv_extent_rows(0, d->total_k, hk * (uint64_t)d->head_dim * es,
+                          (uint64_t)d->k_stride * es);
+    e[2] = cv_extent_rows(0, d->total_k, hk * (uint64_t)d->head_dim_v * es,
+                          (uint64_t)d->v_stride * es);
+    e[3] = cv_extent_bytes(0, (uint64_t)(d->n_seqs + 1) * 4);
+    e[4] = e[3];
+    e[5] = cv_extent_bytes(0, (uint64_t)d->total_q * 4);
+    e[6] = cv_extent_rows(0, d->total_q, hq * (uint64_t)d->head_dim_v * es,
+                          (uint64_t)d->o_stride * es);
+    e[7] = cv_extent_bytes(0, hq * (uint64_t)d->total_q * 4);
+}
+
+static const char *const forward_names[8] = {"q",     "k", "v",  "cu_seqlens_q", "cu_seqlens_k",
+                                             "q_pos", "o", "lse"};
+
+/* o and lse must not share memory with the inputs or each other. */
+static clvarlen_status check_forward_overlap(clvarlen_context *ctx, const char *fn,
+                                             const cv_attn_desc *d, const void *q, const void *k,
+                                             const void *v, const int32_t *cu_q,
+                                             const int32_t *cu_k, const int32_t *q_pos, void *o,
+                                             float *lse)
+{
+    cv_extent e[8];
+    forward_extents(d, e);
+    const void *ptr[8] = {q, k, v, cu_q, cu_k, q_pos, o, lse};
+    cv_region r[8];
+    for (int i = 0; i < 8; i++)
+        r[i] = cv_host_region(forward_names[i], ptr[i], e[i], i >= 6);
+    return cv_check_no_overlap(ctx, fn, r, 8);
+}
+
+/* The merge's tensors in the order o_a (or o_parts), lse_a (or lse_parts),
+ * o_b, lse_b, o, lse. two_way (merge2): one part each in o_a and o_b, and o
+ * may be o_a or o_b exactly, lse lse_a or lse_b (in place); else n_parts in
+ * o_parts and lse_parts. */
+static void merge_regions(clvarlen_dtype dtype, bool two_way, int64_t n_parts, int64_t tokens,
+                          int32_t heads, int32_t dv, cv_region r[6])
+{
+    int64_t parts = two_way ? 1 : n_parts;
+    uint64_t rows = (uint64_t)tokens * (uint64_t)heads;
+    uint64_t ob = rows * (uint64_t)dv * cv_dtype_size(dtype), lb = rows * 4;
+    static const char *const names[6] = {"o_a/o_parts", "lse_a/lse_parts", "o_b", "lse_b", "o",
+                                         "lse"};
+    const uint64_t bytes[6] = {(uint64_t)parts * ob, (uint64_t)parts * lb, ob, lb, ob, lb};
+    for (int i = 0; i < 6; i++)
+        r[i] = (cv_region){.name = names[i], .ext = cv_extent_bytes(0, bytes[i]), .output = i >= 4};
+    if (two_way) { /* o_a, o_b and lse_a, lse_b */
+        r[4].may_equal = (1u << 0) | (1u << 2);
+        r[5].may_equal = (1u << 1) | (1u << 3);
+    }
+}
+
+static clvarlen_status check_merge_overlap(clvarlen_context *ctx, const char *fn,
+                                           clvarlen_dtype dtype, bool two_way, int64_t n_parts,
+                                           int64_t tokens, int32_t heads, int32_t dv,
+                                           const void *const ptr[6])
+{
+    cv_region r[6];
+    merge_regions(dtype, two_way, n_parts, tokens, heads, dv, r);
+    for (int i = 0; i < 6; i++) {
+        unsigned eq = r[i].may_equal;
+        r[i] = cv_host_region(r[i].name, ptr[i], r[i].ext, r[i].output);
+        r[i].may_equal = eq;
+    }
+    return cv_check_no_overlap(ctx, fn, r, 6);
+}
+
 /* ------------------------------------------------------------ host-memory entry points */
 
 clvarlen_status clvarlen_attention_forward(clvarlen_context *ctx,
@@ -196,6 +271,9 @@ clvarlen_status clvarlen_attention_forward(clvarlen_context *ctx,
         return st;
     if (d.total_q == 0 || d.n_seqs == 0)
         return CLVARLEN_SUCCESS;
+    if ((st = check_forward_overlap(ctx, fn, &d, q, k, v, cu_seqlens_q, cu_seqlens_k, q_pos, o,
+                                    lse)) != CLVARLEN_SUCCESS)
+        return st;
 #if CLVARLEN_HAVE_OPENCL
     if (cv_use_cl(ctx))
         return cv_attn_cl_forward_host(ctx, fn, &d, q, k, v, cu_seqlens_q, cu_seqlens_k, q_pos,
@@ -247,6 +325,10 @@ clvarlen_status clvarlen_attention_merge(clvarlen_context *ctx, clvarlen_dtype d
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: o is NULL", fn);
     if (elems == 0)
         return CLVARLEN_SUCCESS;
+    const void *const ptrs[6] = {o_parts, lse_parts, NULL, NULL, o, lse};
+    if ((st = check_merge_overlap(ctx, fn, dtype, false, n_parts, tokens, heads, head_dim_v,
+                                  ptrs)) != CLVARLEN_SUCCESS)
+        return st;
 #if CLVARLEN_HAVE_OPENCL
     if (cv_use_cl(ctx) && n_parts > 0)
         return cv_attn_cl_merge_host(ctx, fn, dtype, n_parts, tokens, heads, head_dim_v,
@@ -272,6 +354,10 @@ clvarlen_status clvarlen_attention_merge2(clvarlen_context *ctx, clvarlen_dtype 
                         "%s: o_a, lse_a, o_b, lse_b and o must not be NULL", fn);
     if (elems == 0)
         return CLVARLEN_SUCCESS;
+    const void *const ptrs[6] = {o_a, lse_a, o_b, lse_b, o, lse};
+    if ((st = check_merge_overlap(ctx, fn, dtype, true, 2, tokens, heads, head_dim_v, ptrs)) !=
+        CLVARLEN_SUCCESS)
+        return st;
 #if CLVARLEN_HAVE_OPENCL
     if (cv_use_cl(ctx))
         return cv_attn_cl_merge_host(ctx, fn, dtype, 2, tokens, heads, head_dim_v, o_a, lse_a,
@@ -285,23 +371,6 @@ clvarlen_status clvarlen_attention_merge2(clvarlen_context *ctx, clvarlen_dtype 
 /* ------------------------------------------------------------ cl_mem entry points */
 
 #if CLVARLEN_HAVE_OPENCL
-
-/* A byte offset and the alignment it needs, named for the message. */
-typedef struct attn_offset {
-    const char *name;
-    size_t offset, align;
-} attn_offset;
-
-static clvarlen_status check_offsets(clvarlen_context *ctx, const char *fn,
-                                     const attn_offset *offs, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        clvarlen_status st = cv_check_offset(ctx, fn, offs[i].name, offs[i].offset, offs[i].align);
-        if (st != CLVARLEN_SUCCESS)
-            return st;
-    }
-    return CLVARLEN_SUCCESS;
-}
 
 /* The device-side cu_seqlens checks (with checks on), then the forward. */
 static clvarlen_status forward_on_chain(cv_chain *c, const char *fn, const cv_attn_desc *d,
@@ -344,13 +413,17 @@ clvarlen_status clvarlen_cl_attention_forward(
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: q or o is NULL", fn);
     if (d.total_k > 0 && (!k || !v))
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: k or v is NULL", fn);
-    const attn_offset offs[] = {
-        {"q_offset", q_offset, es},         {"k_offset", k_offset, es},
-        {"v_offset", v_offset, es},         {"o_offset", o_offset, es},
-        {"cu_q_offset", cu_q_offset, 4},    {"cu_k_offset", cu_k_offset, 4},
-        {"q_pos_offset", q_pos_offset, 4},  {"lse_offset", lse_offset, 4},
-    };
-    if ((st = check_offsets(ctx, fn, offs, sizeof offs / sizeof offs[0])) != CLVARLEN_SUCCESS)
+    cv_extent e[8];
+    forward_extents(&d, e);
+    const cl_mem mems[8] = {q, k, v, cu_seqlens_q, cu_seqlens_k, q_pos, o, lse};
+    const size_t offs[8] = {q_offset,    k_offset,     v_offset, cu_q_offset,
+                            cu_k_offset, q_pos_offset, o_offset, lse_offset};
+    cv_mem_arg args[8];
+    for (int i = 0; i < 8; i++)
+        args[i] = (cv_mem_arg){.name = forward_names[i], .mem = mems[i], .offset = offs[i],
+                               .align = (i < 3 || i == 6) ? es : 4, .ext = e[i],
+                               .output = i >= 6};
+    if ((st = cv_check_mem_args(ctx, fn, args, 8)) != CLVARLEN_SUCCESS)
         return st;
     const bool work = d.total_q > 0 && d.n_seqs > 0;
     const cv_attn_mem m = {
@@ -372,23 +445,26 @@ clvarlen_status clvarlen_cl_attention_forward(
     return cv_chain_end(&c, fn, st, event);
 }
 
-/* Offsets checked, then the merge on a chain after the wait list (only a
+/* Buffers checked, then the merge on a chain after the wait list (only a
  * marker when there are no tokens). */
 static clvarlen_status cl_merge_common(clvarlen_context *ctx, const char *fn, clvarlen_dtype dtype,
-                                       int64_t n_parts, int64_t tokens, int32_t heads, int32_t dv,
+                                       bool two_way, int64_t n_parts, int64_t tokens,
+                                       int32_t heads, int32_t dv,
                                        const cv_attn_merge_mem *m, cl_uint num_events,
                                        const cl_event *wait_list, cl_event *event)
 {
     size_t es = cv_dtype_size(dtype);
-    const attn_offset offs[] = {
-        {"o_a/o_parts offset", m->o_a_off, es},
-        {"o_b offset", m->o_b_off, es},
-        {"o_offset", m->o_off, es},
-        {"lse_a/lse_parts offset", m->lse_a_off, 4},
-        {"lse_b offset", m->lse_b_off, 4},
-        {"lse_offset", m->lse_off, 4},
-    };
-    clvarlen_status st = check_offsets(ctx, fn, offs, sizeof offs / sizeof offs[0]);
+    cv_region r[6];
+    merge_regions(dtype, two_way, n_parts, tokens, heads, dv, r);
+    const cl_mem mems[6] = {m->o_a, m->lse_a, m->o_b, m->lse_b, m->o, m->lse};
+    const size_t offs[6] = {m->o_a_off, m->lse_a_off, m->o_b_off, m->lse_b_off, m->o_off,
+                            m->lse_off};
+    cv_mem_arg args[6];
+    for (int i = 0; i < 6; i++)
+        args[i] = (cv_mem_arg){.name = r[i].name, .mem = mems[i], .offset = offs[i],
+                               .align = i % 2 ? 4 : es, .ext = r[i].ext, .output = r[i].output,
+                               .may_equal = r[i].may_equal};
+    clvarlen_status st = cv_check_mem_args(ctx, fn, args, 6);
     if (st != CLVARLEN_SUCCESS)
         return st;
     cv_chain c;
@@ -428,8 +504,8 @@ clvarlen_status clvarlen_cl_attention_merge(clvarlen_context *ctx, clvarlen_dtyp
         .o = o, .o_off = o_offset,
         .lse = lse, .lse_off = lse_offset,
     };
-    return cl_merge_common(ctx, fn, dtype, n_parts, tokens, heads, head_dim_v, &m, num_events,
-                           wait_list, event);
+    return cl_merge_common(ctx, fn, dtype, false, n_parts, tokens, heads, head_dim_v, &m,
+                           num_events, wait_list, event);
 }
 
 clvarlen_status clvarlen_cl_attention_merge2(clvarlen_context *ctx, clvarlen_dtype dtype,
@@ -463,7 +539,7 @@ clvarlen_status clvarlen_cl_attention_merge2(clvarlen_context *ctx, clvarlen_dty
         .o = o, .o_off = o_offset,
         .lse = lse, .lse_off = lse_offset,
     };
-    return cl_merge_common(ctx, fn, dtype, 2, tokens, heads, head_dim_v, &m, num_events,
+    return cl_merge_common(ctx, fn, dtype, true, 2, tokens, heads, head_dim_v, &m, num_events,
                            wait_list, event);
 }
 

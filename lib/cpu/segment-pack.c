@@ -76,8 +76,11 @@ clvarlen_status cv_cpu_pack(clvarlen_context *ctx, size_t row_bytes, const void 
     int64_t total = 0;
     for (int64_t b = 0; b < batch; b++)
         total += lens[b];
-    int64_t *index = src_index;
-    if (mask && total > 0 && !index) {
+    /* The mask form builds its row index first and copies rows from it: in
+     * memory of its own, so no caller buffer is ever used as scratch (the
+     * caller's src_index gets a copy once the rows are done). */
+    int64_t *index = NULL;
+    if (mask && total > 0) {
         index = calloc((size_t)total, sizeof *index);
         if (!index)
             return cv_error(ctx, CLVARLEN_ERROR_OUT_OF_MEMORY,
@@ -107,8 +110,9 @@ clvarlen_status cv_cpu_pack(clvarlen_context *ctx, size_t row_bytes, const void 
                         &j);
         }
     }
-    if (index != src_index)
-        free(index);
+    if (index && src_index)
+        memcpy(src_index, index, (size_t)total * sizeof *index);
+    free(index);
     return CLVARLEN_SUCCESS;
 }
 

@@ -318,6 +318,17 @@ clvarlen_status clvarlen_cp_plan(clvarlen_context *ctx, const int32_t *cu_seqlen
         return cv_error(ctx, CLVARLEN_ERROR_BUFFER_TOO_SMALL,
                         "%s: %lld local tokens do not fit plan->capacity %lld", fn,
                         (long long)local, (long long)plan->capacity);
+    const uint64_t cub = (uint64_t)(n + 1) * 4;
+    const cv_region regions[] = {
+        seg_host("cu_seqlens", cu_seqlens, cub, false),
+        seg_host("plan", plan, sizeof *plan, true),
+        seg_host("plan->local_cu_seqlens", plan->local_cu_seqlens, cub, true),
+        seg_host("plan->head_cu", plan->head_cu, cub, true),
+        seg_host("plan->tail_cu", plan->tail_cu, cub, true),
+        seg_host("plan->global_index", plan->global_index, (uint64_t)local * 4, true),
+        seg_host("plan->position", plan->position, (uint64_t)local * 4, true),
+    };
+    SEG_TRY(SEG_CHECK_HOST(ctx, fn, regions));
     if (!cv_use_cl(ctx)) {
         cv_cpu_cp_plan(ctx, cu_seqlens, n, world, rank, plan);
         return CLVARLEN_SUCCESS;
@@ -429,6 +440,12 @@ static clvarlen_status cp_rows_host(clvarlen_context *ctx, const char *fn, cp_ho
                         (long long)h->local, (long long)local_capacity);
     if (h->total == 0)
         return CLVARLEN_SUCCESS;
+    const cv_region regions[] = {
+        seg_host_rows("global_rows", h->global_rows, &h->gr, h->total, !h->to_local),
+        seg_host("cu_seqlens", h->cu_seqlens, (uint64_t)(h->n + 1) * 4, false),
+        seg_host_rows("local_rows", h->local_rows, &h->lr, h->local, h->to_local != 0),
+    };
+    SEG_TRY(SEG_CHECK_HOST(ctx, fn, regions));
     h->zero_rest = !h->to_local && (flags & CLVARLEN_SCATTER_ZERO_REST);
     if (!cv_use_cl(ctx))
         return cv_cpu_cp_rows(ctx, h->dtype, h->row_elems, h->cu_seqlens, h->n, h->world,
@@ -503,13 +520,17 @@ clvarlen_status clvarlen_cl_cp_plan(clvarlen_context *ctx, cl_mem cu_seqlens, si
     if ((global_index || position) && (capacity < 0 || capacity > INT32_MAX))
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT,
                         "%s: capacity %lld is outside [0, INT32_MAX]", fn, (long long)capacity);
-    SEG_TRY(seg_cl_arg(ctx, fn, "cu_seqlens", cu_seqlens, cu_offset, 4, true));
-    SEG_TRY(seg_cl_arg(ctx, fn, "local_cu_seqlens", local_cu_seqlens, local_cu_offset, 4, true));
-    SEG_TRY(seg_cl_arg(ctx, fn, "head_cu", head_cu, head_cu_offset, 4, false));
-    SEG_TRY(seg_cl_arg(ctx, fn, "tail_cu", tail_cu, tail_cu_offset, 4, false));
-    SEG_TRY(seg_cl_arg(ctx, fn, "global_index", global_index, global_index_offset, 4, false));
-    SEG_TRY(seg_cl_arg(ctx, fn, "position", position, position_offset, 4, false));
-    SEG_TRY(seg_cl_arg(ctx, fn, "local_tokens", local_tokens, local_tokens_offset, 8, false));
+    const uint64_t cub = (uint64_t)(n + 1) * 4, tb = (uint64_t)CV_MAX(capacity, 0) * 4;
+    const cv_mem_arg args[] = {
+        seg_mem("cu_seqlens", cu_seqlens, cu_offset, 4, cub, true, false),
+        seg_mem("local_cu_seqlens", local_cu_seqlens, local_cu_offset, 4, cub, true, true),
+        seg_mem("head_cu", head_cu, head_cu_offset, 4, cub, false, true),
+        seg_mem("tail_cu", tail_cu, tail_cu_offset, 4, cub, false, true),
+        seg_mem("global_index", global_index, global_index_offset, 4, tb, false, true),
+        seg_mem("position", position, position_offset, 4, tb, false, true),
+        seg_mem("local_tokens", local_tokens, local_tokens_offset, 8, 8, false, true),
+    };
+    SEG_TRY(SEG_CHECK_MEM(ctx, fn, args));
     plan_args p = {
         .cu = cu_seqlens,
         .cu_off = cu_offset,
@@ -565,9 +586,14 @@ static clvarlen_status cl_cp_rows(clvarlen_context *ctx, const char *fn, cp_rows
     SEG_TRY(seg_rows_geom(ctx, fn, "local_rows", c->dtype, c->row_elems,
                           CV_MIN(c->local_capacity, c->total_tokens), local_stride, c->local, &lr));
     SEG_TRY(seg_check_cl_limits(ctx, fn, gr.row_bytes, c->total_tokens));
-    SEG_TRY(cv_check_offset(ctx, fn, "global_rows", c->g_off, es));
-    SEG_TRY(cv_check_offset(ctx, fn, "local_rows", c->l_off, es));
-    SEG_TRY(seg_cl_arg(ctx, fn, "cu_seqlens", c->cu, c->cu_off, 4, true));
+    const cv_mem_arg args[] = {
+        seg_mem_rows("global_rows", c->global, c->g_off, es, &gr, c->total_tokens,
+                     !c->to_local),
+        seg_mem("cu_seqlens", c->cu, c->cu_off, 4, (uint64_t)(c->n + 1) * 4, true, false),
+        seg_mem_rows("local_rows", c->local, c->l_off, es, &lr,
+                     CV_MIN(c->local_capacity, c->total_tokens), c->to_local != 0),
+    };
+    SEG_TRY(SEG_CHECK_MEM(ctx, fn, args));
     c->g_stride_b = gr.stride_b;
     c->l_stride_b = lr.stride_b;
     c->zero_rest = !c->to_local && (flags & CLVARLEN_SCATTER_ZERO_REST);

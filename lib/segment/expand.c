@@ -217,6 +217,17 @@ clvarlen_status clvarlen_seqlens_expand(clvarlen_context *ctx, const int32_t *kv
     } else {
         page_table_out = NULL;
     }
+    const seg_rows pt = {(size_t)page_cols * 4, (size_t)page_stride * 4, 0},
+                   po = {(size_t)col_limit * 4, (size_t)out_stride * 4, 0};
+    const cv_region regions[] = {
+        seg_host("kv_len", kv_len, (uint64_t)n * 4, false),
+        seg_host("q_len", q_len, (uint64_t)n * 4, false),
+        seg_host_rows("page_table", page_table, &pt, n, false),
+        seg_host("seqlens_expanded", seqlens_expanded, (uint64_t)sum * 4, true),
+        seg_host_rows("page_table_out", page_table_out, &po, sum, true),
+        seg_host("total", total, 8, true),
+    };
+    SEG_TRY(SEG_CHECK_HOST(ctx, fn, regions));
     if (sum > 0 && (seqlens_expanded || page_table_out)) {
         if (!cv_use_cl(ctx)) {
             SEG_TRY(cv_cpu_seqlens_expand(ctx, kv_len, q_len, uniform_q_len, n, page_table,
@@ -268,17 +279,25 @@ clvarlen_cl_seqlens_expand(clvarlen_context *ctx, cl_mem kv_len, size_t kv_len_o
     if (capacity < 0 || capacity > INT32_MAX)
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT,
                         "%s: capacity %lld is outside [0, INT32_MAX]", fn, (long long)capacity);
-    SEG_TRY(seg_cl_arg(ctx, fn, "kv_len", kv_len, kv_len_offset, 4, n > 0));
-    SEG_TRY(seg_cl_arg(ctx, fn, "q_len", q_len, q_len_offset, 4, false));
-    SEG_TRY(seg_cl_arg(ctx, fn, "seqlens_expanded", seqlens_expanded, seqlens_offset, 4, false));
-    SEG_TRY(seg_cl_arg(ctx, fn, "total", total, total_offset, 8, false));
-    if (page_table) {
+    if (page_table)
         SEG_TRY(expand_geom(ctx, fn, n, page_cols, &page_stride, &col_limit, &out_stride,
                             capacity));
-        SEG_TRY(seg_cl_arg(ctx, fn, "page_table", page_table, page_table_offset, 4, true));
-        SEG_TRY(seg_cl_arg(ctx, fn, "page_table_out", page_table_out, page_out_offset, 4,
-                           capacity > 0));
-    }
+    else
+        page_table_out = NULL;
+    const seg_rows pt = {(size_t)page_cols * 4, (size_t)page_stride * 4, 0},
+                   po = {(size_t)col_limit * 4, (size_t)out_stride * 4, 0};
+    const cv_mem_arg args[] = {
+        seg_mem("kv_len", kv_len, kv_len_offset, 4, (uint64_t)n * 4, n > 0, false),
+        seg_mem("q_len", q_len, q_len_offset, 4, (uint64_t)n * 4, false, false),
+        seg_mem_rows("page_table", page_table, page_table_offset, 4, &pt, page_table ? n : 0,
+                     false),
+        seg_mem("seqlens_expanded", seqlens_expanded, seqlens_offset, 4, (uint64_t)capacity * 4,
+                false, true),
+        seg_mem_rows("page_table_out", page_table_out, page_out_offset, 4, &po,
+                     page_table ? capacity : 0, true),
+        seg_mem("total", total, total_offset, 8, 8, false, true),
+    };
+    SEG_TRY(SEG_CHECK_MEM(ctx, fn, args));
     expand_args e = {
         .kv_len = kv_len,
         .kv_off = kv_len_offset,
@@ -293,7 +312,7 @@ clvarlen_cl_seqlens_expand(clvarlen_context *ctx, cl_mem kv_len, size_t kv_len_o
         .capacity = capacity,
         .seqlens = seqlens_expanded,
         .se_off = seqlens_offset,
-        .page_out = page_table ? page_table_out : NULL,
+        .page_out = page_table_out,
         .po_off = page_out_offset,
         .out_stride = out_stride,
         .total = total,

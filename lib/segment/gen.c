@@ -115,7 +115,10 @@ clvarlen_status clvarlen_cl_gen_seq_lens(clvarlen_context *ctx, uint64_t seed, i
     CV_ENTER(ctx);
     SEG_TRY(cv_cl_enter(ctx, fn, num_events, wait_list));
     SEG_TRY(check_gen(ctx, fn, world, n, total));
-    SEG_TRY(seg_cl_arg(ctx, fn, "out", out, out_offset, 4, true));
+    const cv_mem_arg args[] = {
+        seg_mem("out", out, out_offset, 4, (uint64_t)world * (uint64_t)n * 4, true, true),
+    };
+    SEG_TRY(SEG_CHECK_MEM(ctx, fn, args));
     cv_chain q;
     cv_chain_begin(&q, ctx, num_events, wait_list, false); /* no device checks: nothing to check */
     clvarlen_status st = enq_gen(&q, seed, world, n, total, out, out_offset);

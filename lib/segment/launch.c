@@ -458,14 +458,4 @@ clvarlen_status seg_check_cl_limits(clvarlen_context *ctx, const char *fn, size_
     return CLVARLEN_SUCCESS;
 }
 
-/* A device tensor argument: present when it has bytes, offset aligned. */
-clvarlen_status seg_cl_arg(clvarlen_context *ctx, const char *fn, const char *what, cl_mem mem,
-                           size_t offset, size_t align, bool needed)
-{
-    SEG_TRY(seg_need(ctx, fn, what, mem, needed));
-    if (!mem)
-        return CLVARLEN_SUCCESS;
-    return cv_check_offset(ctx, fn, what, offset, align);
-}
-
 #endif /* CLVARLEN_HAVE_OPENCL */

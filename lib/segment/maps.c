@@ -163,6 +163,11 @@ clvarlen_status clvarlen_cu_seqlens_from_lengths(clvarlen_context *ctx, const in
             return cv_error(ctx, CLVARLEN_ERROR_OVERFLOW,
                             "%s: the lengths sum to more than INT32_MAX", fn);
     }
+    const cv_region regions[] = {
+        seg_host("lengths", lengths, (uint64_t)n * 4, false),
+        seg_host("cu_seqlens", cu_seqlens, (uint64_t)(n + 1) * 4, true),
+    };
+    SEG_TRY(SEG_CHECK_HOST(ctx, fn, regions));
     if (!cv_use_cl(ctx)) {
         cv_cpu_cu_from_lengths(lengths, n, cu_seqlens);
         return CLVARLEN_SUCCESS;
@@ -184,6 +189,11 @@ clvarlen_status clvarlen_lengths_from_cu_seqlens(clvarlen_context *ctx, const in
     SEG_TRY(seg_need(ctx, fn, "lengths", lengths, n > 0));
     if (n == 0)
         return CLVARLEN_SUCCESS;
+    const cv_region regions[] = {
+        seg_host("cu_seqlens", cu_seqlens, (uint64_t)(n + 1) * 4, false),
+        seg_host("lengths", lengths, (uint64_t)n * 4, true),
+    };
+    SEG_TRY(SEG_CHECK_HOST(ctx, fn, regions));
     if (!cv_use_cl(ctx)) {
         cv_cpu_lengths_from_cu(ctx, cu_seqlens, n, lengths);
         return CLVARLEN_SUCCESS;
@@ -217,6 +227,13 @@ clvarlen_status clvarlen_token_maps(clvarlen_context *ctx, const int32_t *cu_seq
         }
     if (total_tokens == 0)
         return CLVARLEN_SUCCESS;
+    const cv_region regions[] = {
+        seg_host("cu_seqlens", cu_seqlens, (uint64_t)(n + 1) * 4, false),
+        seg_host("offsets", pos ? offsets : NULL, (uint64_t)n * 4, false),
+        seg_host("seq_id", seq_id, (uint64_t)total_tokens * 4, true),
+        seg_host("pos", pos, (uint64_t)total_tokens * 4, true),
+    };
+    SEG_TRY(SEG_CHECK_HOST(ctx, fn, regions));
     if (!cv_use_cl(ctx)) {
         cv_cpu_token_maps(ctx, cu_seqlens, n, total_tokens, offsets, seq_id, pos);
         return CLVARLEN_SUCCESS;
@@ -242,8 +259,11 @@ clvarlen_status clvarlen_cl_cu_seqlens_from_lengths(clvarlen_context *ctx, cl_me
     CV_ENTER(ctx);
     SEG_TRY(cv_cl_enter(ctx, fn, num_events, wait_list));
     SEG_TRY(seg_check_count(ctx, fn, "n", n));
-    SEG_TRY(seg_cl_arg(ctx, fn, "lengths", lengths, lengths_offset, 4, n > 0));
-    SEG_TRY(seg_cl_arg(ctx, fn, "cu_seqlens", cu_seqlens, cu_offset, 4, true));
+    const cv_mem_arg args[] = {
+        seg_mem("lengths", lengths, lengths_offset, 4, (uint64_t)n * 4, n > 0, false),
+        seg_mem("cu_seqlens", cu_seqlens, cu_offset, 4, (uint64_t)(n + 1) * 4, true, true),
+    };
+    SEG_TRY(SEG_CHECK_MEM(ctx, fn, args));
     cv_chain q;
     clvarlen_status st = cv_chain_begin(&q, ctx, num_events, wait_list, ctx->device_checks != 0);
     if (st == CLVARLEN_SUCCESS)
@@ -260,8 +280,11 @@ clvarlen_status clvarlen_cl_lengths_from_cu_seqlens(clvarlen_context *ctx, cl_me
     CV_ENTER(ctx);
     SEG_TRY(cv_cl_enter(ctx, fn, num_events, wait_list));
     SEG_TRY(seg_check_count(ctx, fn, "n", n));
-    SEG_TRY(seg_cl_arg(ctx, fn, "cu_seqlens", cu_seqlens, cu_offset, 4, true));
-    SEG_TRY(seg_cl_arg(ctx, fn, "lengths", lengths, lengths_offset, 4, n > 0));
+    const cv_mem_arg args[] = {
+        seg_mem("cu_seqlens", cu_seqlens, cu_offset, 4, (uint64_t)(n + 1) * 4, true, false),
+        seg_mem("lengths", lengths, lengths_offset, 4, (uint64_t)n * 4, n > 0, true),
+    };
+    SEG_TRY(SEG_CHECK_MEM(ctx, fn, args));
     cv_chain q;
     clvarlen_status st = cv_chain_begin(&q, ctx, num_events, wait_list, ctx->device_checks != 0);
     if (st == CLVARLEN_SUCCESS)
@@ -286,10 +309,14 @@ clvarlen_status clvarlen_cl_token_maps(clvarlen_context *ctx, cl_mem cu_seqlens,
     if (!seq_id && !pos)
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: seq_id and pos are both NULL",
                         fn);
-    SEG_TRY(seg_cl_arg(ctx, fn, "cu_seqlens", cu_seqlens, cu_offset, 4, true));
-    SEG_TRY(seg_cl_arg(ctx, fn, "offsets", offsets, offsets_offset, 4, false));
-    SEG_TRY(seg_cl_arg(ctx, fn, "seq_id", seq_id, seq_id_offset, 4, false));
-    SEG_TRY(seg_cl_arg(ctx, fn, "pos", pos, pos_offset, 4, false));
+    const cv_mem_arg args[] = {
+        seg_mem("cu_seqlens", cu_seqlens, cu_offset, 4, (uint64_t)(n + 1) * 4, true, false),
+        seg_mem("offsets", pos ? offsets : NULL, offsets_offset, 4, (uint64_t)n * 4, false,
+                false),
+        seg_mem("seq_id", seq_id, seq_id_offset, 4, (uint64_t)total_tokens * 4, false, true),
+        seg_mem("pos", pos, pos_offset, 4, (uint64_t)total_tokens * 4, false, true),
+    };
+    SEG_TRY(SEG_CHECK_MEM(ctx, fn, args));
     cv_chain q;
     clvarlen_status st = cv_chain_begin(&q, ctx, num_events, wait_list, ctx->device_checks != 0);
     if (st == CLVARLEN_SUCCESS)

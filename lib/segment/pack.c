@@ -395,9 +395,22 @@ static clvarlen_status pack_total(clvarlen_context *ctx, const char *fn, pack_ho
 }
 
 /* Totals, the CPU or the device path (lens and total set by the caller's checks). */
-static clvarlen_status pack_run(clvarlen_context *ctx, const char *fn, pack_host_args *h)
+static clvarlen_status pack_run(clvarlen_context *ctx, const char *fn, pack_host_args *h,
+                                int64_t *total_tokens)
 {
     SEG_TRY(pack_total(ctx, fn, h));
+    int64_t rows = h->batch * h->max_seqlen;
+    const seg_rows packed = {h->pr.row_bytes, h->pr.row_bytes, 0};
+    const cv_region regions[] = {
+        seg_host_rows("padded", h->padded, &h->pr, rows, false),
+        seg_host("valid_lens", h->valid_lens, (uint64_t)h->batch * 4, false),
+        seg_host("mask", h->mask, h->mask ? (uint64_t)rows : 0, false),
+        seg_host_rows("packed", h->packed, &packed, h->total, true),
+        seg_host("cu_seqlens", h->cu_seqlens, (uint64_t)(h->batch + 1) * 4, true),
+        seg_host("src_index", h->src_index, (uint64_t)h->total * 8, true),
+        seg_host("total_tokens", total_tokens, 8, true),
+    };
+    SEG_TRY(SEG_CHECK_HOST(ctx, fn, regions));
     if (!cv_use_cl(ctx))
         return cv_cpu_pack(ctx, h->pr.row_bytes, h->padded, h->pr.stride_b, h->batch,
                            h->max_seqlen, h->lens, h->mask, h->packed, h->cu_seqlens,
@@ -436,10 +449,10 @@ static clvarlen_status pack_host(clvarlen_context *ctx, const char *fn, pack_hos
             counts[b] = (int32_t)k;
         }
         h->lens = counts;
-        st = pack_run(ctx, fn, h);
+        st = pack_run(ctx, fn, h, total_tokens);
         free(counts);
     } else {
-        st = pack_run(ctx, fn, h);
+        st = pack_run(ctx, fn, h, total_tokens);
     }
     if (st == CLVARLEN_SUCCESS && total_tokens)
         *total_tokens = h->total;
@@ -544,6 +557,13 @@ clvarlen_status clvarlen_unpack(clvarlen_context *ctx, clvarlen_dtype dtype, int
     if (rows == 0)
         return CLVARLEN_SUCCESS;
     size_t es = cv_dtype_size(dtype);
+    const cv_region regions[] = {
+        seg_host_rows("packed", packed, &pk, total_tokens, false),
+        seg_host("src_index", src_index, (uint64_t)total_tokens * 8, false),
+        seg_host("pad_value", pad_value, es, false),
+        seg_host_rows("padded", padded, &pd, rows, true),
+    };
+    SEG_TRY(SEG_CHECK_HOST(ctx, fn, regions));
     if (!cv_use_cl(ctx))
         return cv_cpu_unpack(ctx, pd.row_bytes, es, packed, pk.stride_b, total_tokens, src_index,
                              rows, pad_value, padded, pd.stride_b);
@@ -588,16 +608,19 @@ clvarlen_status clvarlen_cl_pack(clvarlen_context *ctx, clvarlen_dtype dtype, in
                         fn);
     SEG_TRY(seg_rows_geom(ctx, fn, "packed", dtype, row_elems, CV_MIN(capacity_tokens, rows), 0,
                           packed, &kr));
-    SEG_TRY(seg_check_cl_limits(ctx, fn, pr.row_bytes, CV_MIN(capacity_tokens, rows)));
-    SEG_TRY(cv_check_offset(ctx, fn, "padded", padded_offset, es));
-    SEG_TRY(cv_check_offset(ctx, fn, "packed", packed_offset, es));
-    if (mask)
-        SEG_TRY(seg_cl_arg(ctx, fn, "mask", mask, mask_offset, 1, true));
-    else
-        SEG_TRY(seg_cl_arg(ctx, fn, "valid_lens", valid_lens, valid_lens_offset, 4, batch > 0));
-    SEG_TRY(seg_cl_arg(ctx, fn, "cu_seqlens", cu_seqlens, cu_offset, 4, true));
-    SEG_TRY(seg_cl_arg(ctx, fn, "src_index", src_index, src_index_offset, 8, false));
-    SEG_TRY(seg_cl_arg(ctx, fn, "total_tokens", total_tokens, total_offset, 8, false));
+    int64_t out_rows = CV_MIN(capacity_tokens, rows);
+    SEG_TRY(seg_check_cl_limits(ctx, fn, pr.row_bytes, out_rows));
+    const cv_mem_arg args[] = {
+        seg_mem_rows("padded", padded, padded_offset, es, &pr, rows, false),
+        seg_mem("valid_lens", mask ? NULL : valid_lens, valid_lens_offset, 4,
+                (uint64_t)batch * 4, !mask && batch > 0, false),
+        seg_mem("mask", mask, mask_offset, 1, (uint64_t)rows, false, false),
+        seg_mem_rows("packed", packed, packed_offset, es, &kr, out_rows, true),
+        seg_mem("cu_seqlens", cu_seqlens, cu_offset, 4, (uint64_t)(batch + 1) * 4, true, true),
+        seg_mem("src_index", src_index, src_index_offset, 8, (uint64_t)out_rows * 8, false, true),
+        seg_mem("total_tokens", total_tokens, total_offset, 8, 8, false, true),
+    };
+    SEG_TRY(SEG_CHECK_MEM(ctx, fn, args));
     pack_args p = {
         .dtype = dtype,
         .row_elems = row_elems,
@@ -649,9 +672,13 @@ clvarlen_status clvarlen_cl_unpack(clvarlen_context *ctx, clvarlen_dtype dtype, 
                           &pk));
     SEG_TRY(seg_rows_geom(ctx, fn, "padded", dtype, row_elems, rows, padded_stride, padded, &pd));
     SEG_TRY(seg_check_cl_limits(ctx, fn, pd.row_bytes, total_tokens));
-    SEG_TRY(cv_check_offset(ctx, fn, "packed", packed_offset, es));
-    SEG_TRY(cv_check_offset(ctx, fn, "padded", padded_offset, es));
-    SEG_TRY(seg_cl_arg(ctx, fn, "src_index", src_index, src_index_offset, 8, total_tokens > 0));
+    const cv_mem_arg args[] = {
+        seg_mem_rows("packed", packed, packed_offset, es, &pk, total_tokens, false),
+        seg_mem("src_index", src_index, src_index_offset, 8, (uint64_t)total_tokens * 8,
+                total_tokens > 0, false),
+        seg_mem_rows("padded", padded, padded_offset, es, &pd, rows, true),
+    };
+    SEG_TRY(SEG_CHECK_MEM(ctx, fn, args));
     unpack_args u = {
         .dtype = dtype,
         .row_elems = row_elems,

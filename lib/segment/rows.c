@@ -203,6 +203,12 @@ clvarlen_status clvarlen_gather_rows(clvarlen_context *ctx, clvarlen_dtype dtype
     SEG_TRY(seg_check_indices(ctx, fn, "index", index, NULL, n_index, src_rows, true, NULL, false));
     if (n_index == 0)
         return CLVARLEN_SUCCESS;
+    const cv_region regions[] = {
+        seg_host_rows("src", src, &sr, src_rows, false),
+        seg_host("index", index, (uint64_t)n_index * 4, false),
+        seg_host_rows("dst", dst, &dr, n_index, true),
+    };
+    SEG_TRY(SEG_CHECK_HOST(ctx, fn, regions));
     if (!cv_use_cl(ctx)) {
         cv_cpu_gather(ctx, sr.row_bytes, src, sr.stride_b, index, n_index, dst, dr.stride_b);
         return CLVARLEN_SUCCESS;
@@ -248,6 +254,12 @@ clvarlen_status clvarlen_scatter_rows(clvarlen_context *ctx, clvarlen_dtype dtyp
                               (overwrite || cv_use_cl(ctx)) ? &distinct : NULL, overwrite));
     if (dst_rows == 0 || (n_index == 0 && !zero_rest))
         return CLVARLEN_SUCCESS;
+    const cv_region regions[] = {
+        seg_host_rows("src", src, &sr, n_index, false),
+        seg_host("index", index, (uint64_t)n_index * 4, false),
+        seg_host_rows("dst", dst, &dr, dst_rows, true),
+    };
+    SEG_TRY(SEG_CHECK_HOST(ctx, fn, regions));
     if (!cv_use_cl(ctx))
         return cv_cpu_scatter(ctx, dtype, row_elems, src, sr.stride_b, index, n_index, dst,
                               dst_rows, dr.stride_b, mode, zero_rest);
@@ -285,9 +297,12 @@ clvarlen_status clvarlen_cl_gather_rows(clvarlen_context *ctx, clvarlen_dtype dt
     SEG_TRY(seg_rows_geom(ctx, fn, "src", dtype, row_elems, src_rows, src_stride, src, &sr));
     SEG_TRY(seg_rows_geom(ctx, fn, "dst", dtype, row_elems, n_index, dst_stride, dst, &dr));
     SEG_TRY(seg_check_cl_limits(ctx, fn, sr.row_bytes, n_index));
-    SEG_TRY(cv_check_offset(ctx, fn, "src", src_offset, es));
-    SEG_TRY(cv_check_offset(ctx, fn, "dst", dst_offset, es));
-    SEG_TRY(seg_cl_arg(ctx, fn, "index", index, index_offset, 4, n_index > 0));
+    const cv_mem_arg args[] = {
+        seg_mem_rows("src", src, src_offset, es, &sr, src_rows, false),
+        seg_mem("index", index, index_offset, 4, (uint64_t)n_index * 4, n_index > 0, false),
+        seg_mem_rows("dst", dst, dst_offset, es, &dr, n_index, true),
+    };
+    SEG_TRY(SEG_CHECK_MEM(ctx, fn, args));
     rows_args r = {
         .dtype = dtype,
         .row_elems = row_elems,
@@ -326,9 +341,12 @@ clvarlen_cl_scatter_rows(clvarlen_context *ctx, clvarlen_dtype dtype, int64_t ro
     SEG_TRY(seg_rows_geom(ctx, fn, "src", dtype, row_elems, n_index, src_stride, src, &sr));
     SEG_TRY(seg_rows_geom(ctx, fn, "dst", dtype, row_elems, dst_rows, dst_stride, dst, &dr));
     SEG_TRY(seg_check_cl_limits(ctx, fn, sr.row_bytes, CV_MAX(n_index, dst_rows)));
-    SEG_TRY(cv_check_offset(ctx, fn, "src", src_offset, es));
-    SEG_TRY(cv_check_offset(ctx, fn, "dst", dst_offset, es));
-    SEG_TRY(seg_cl_arg(ctx, fn, "index", index, index_offset, 4, n_index > 0));
+    const cv_mem_arg args[] = {
+        seg_mem_rows("src", src, src_offset, es, &sr, n_index, false),
+        seg_mem("index", index, index_offset, 4, (uint64_t)n_index * 4, n_index > 0, false),
+        seg_mem_rows("dst", dst, dst_offset, es, &dr, dst_rows, true),
+    };
+    SEG_TRY(SEG_CHECK_MEM(ctx, fn, args));
     rows_args r = {
         .dtype = dtype,
         .row_elems = row_elems,

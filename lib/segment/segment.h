@@ -79,6 +79,20 @@ clvarlen_status seg_check_indices(clvarlen_context *ctx, const char *fn, const c
                                   int64_t limit, bool allow_skip, bool *distinct,
                                   bool dup_is_error);
 
+/* Host tensors of an entry point for the aliasing check: outputs must not
+ * share memory with inputs or other outputs (cv_check_no_overlap). */
+static inline cv_region seg_host(const char *name, const void *ptr, uint64_t bytes, bool output)
+{
+    return cv_host_region(name, ptr, cv_extent_bytes(0, bytes), output);
+}
+static inline cv_region seg_host_rows(const char *name, const void *ptr, const seg_rows *g,
+                                      int64_t rows, bool output)
+{
+    return cv_host_region(name, ptr, cv_extent_rows(0, rows, g->row_bytes, g->stride_b), output);
+}
+#define SEG_CHECK_HOST(ctx, fn, regions)                                                       \
+    cv_check_no_overlap((ctx), (fn), (regions), sizeof(regions) / sizeof((regions)[0]))
+
 /* ------------------------------------------------------------ OpenCL launch helpers (launch.c) */
 
 #if CLVARLEN_HAVE_OPENCL
@@ -144,9 +158,27 @@ clvarlen_status seg_upload(clvarlen_context *ctx, const void *host, size_t bytes
 /** Kernels address a row in int units and tokens with int. */
 clvarlen_status seg_check_cl_limits(clvarlen_context *ctx, const char *fn, size_t row_bytes,
                                     int64_t rows);
-/** A device tensor argument: present when needed, offset aligned. */
-clvarlen_status seg_cl_arg(clvarlen_context *ctx, const char *fn, const char *what, cl_mem mem,
-                           size_t offset, size_t align, bool needed);
+/* The buffer arguments of a cl_mem entry point, checked together by
+ * SEG_CHECK_MEM (cv_check_mem_args: present when needed, offset aligned, the
+ * buffer large enough for what the shapes say, outputs not overlapping any
+ * other argument). */
+static inline cv_mem_arg seg_mem(const char *name, cl_mem mem, size_t offset, size_t align,
+                                 uint64_t bytes, bool needed, bool output)
+{
+    cv_mem_arg a = {name, mem, offset, align, cv_extent_bytes(0, bytes), needed, output, 0};
+    return a;
+}
+/** A row tensor of geometry g (seg_rows_geom) with `rows` rows. */
+static inline cv_mem_arg seg_mem_rows(const char *name, cl_mem mem, size_t offset, size_t align,
+                                      const seg_rows *g, int64_t rows, bool output)
+{
+    cv_mem_arg a = {.name = name, .mem = mem, .offset = offset, .align = align,
+                    .ext = cv_extent_rows(0, rows, g->row_bytes, g->stride_b),
+                    .needed = rows > 0, .output = output};
+    return a;
+}
+#define SEG_CHECK_MEM(ctx, fn, args)                                                           \
+    cv_check_mem_args((ctx), (fn), (args), sizeof(args) / sizeof((args)[0]))
 
 /* ---------------------------------------------------------- shared enqueue routines (launch.c) */
 
