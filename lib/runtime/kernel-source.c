@@ -184,21 +184,82 @@ static char *build_log(clvarlen_context *ctx, cl_program program)
     return log;
 }
 
-static clvarlen_status program_key(clvarlen_context *ctx, const char *source, size_t size,
-                                   const char *options, char key[33])
+/* The cache key of a program and the platform strings it points to. */
+typedef struct program_key {
+    char platform[256], platform_version[256];
+    cv_cache_key key;
+} program_key;
+
+static void program_key_init(clvarlen_context *ctx, const char *source, size_t size,
+                             const char *options, program_key *pk)
 {
-    char platform[256] = "", platform_version[256] = "";
-    (void)clGetPlatformInfo(ctx->cl_platform, CL_PLATFORM_NAME, sizeof platform - 1, platform, NULL);
-    (void)clGetPlatformInfo(ctx->cl_platform, CL_PLATFORM_VERSION, sizeof platform_version - 1,
-                            platform_version, NULL);
+    memset(pk, 0, sizeof *pk);
+    (void)clGetPlatformInfo(ctx->cl_platform, CL_PLATFORM_NAME, sizeof pk->platform - 1,
+                            pk->platform, NULL);
+    (void)clGetPlatformInfo(ctx->cl_platform, CL_PLATFORM_VERSION,
+                            sizeof pk->platform_version - 1, pk->platform_version, NULL);
     const char *version = CLVARLEN_VERSION_STRING;
-    const void *parts[] = {source, options, platform, platform_version, ctx->device.device_name,
-                           ctx->device.driver_version, version};
-    size_t sizes[] = {size, strlen(options), strlen(platform), strlen(platform_version),
-                      strlen(ctx->device.device_name), strlen(ctx->device.driver_version),
-                      strlen(version)};
-    cv_hash_hex(parts, sizes, sizeof parts / sizeof parts[0], key);
-    return CLVARLEN_SUCCESS;
+    const char *strings[] = {options, pk->platform, pk->platform_version,
+                             ctx->device.device_name, ctx->device.driver_version, version};
+    cv_cache_key *k = &pk->key;
+    k->parts[0] = source;
+    k->sizes[0] = size;
+    k->n_parts = 1;
+    for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
+        k->parts[k->n_parts] = strings[i];
+        k->sizes[k->n_parts++] = strlen(strings[i]);
+    }
+    cv_cache_key_init(k);
+}
+
+/* The program from its cache entry, or NULL (absent, damaged or refused by the driver:
+ * the caller builds from source and rewrites the entry). */
+static cl_program load_cached(clvarlen_context *ctx, const program_key *pk, const char *file,
+                              const char *options)
+{
+    unsigned char *bin = NULL;
+    size_t bin_size = 0;
+    int cached = cv_cache_load(ctx, &pk->key, &bin, &bin_size);
+    if (cached == 0)
+        cv_log(ctx, CLVARLEN_LOG_DEBUG, "program cache miss: %s [%s] (%s)", file, options,
+               pk->key.hex);
+    if (cached != 1)
+        return NULL; /* a damaged entry was logged by cv_cache_load */
+    const unsigned char *bins[] = {bin};
+    cl_int bin_status = CL_SUCCESS, err = CL_SUCCESS;
+    cl_program p = clCreateProgramWithBinary(ctx->cl_ctx, 1, &ctx->cl_dev, &bin_size, bins,
+                                             &bin_status, &err);
+    free(bin);
+    if (err == CL_SUCCESS && bin_status == CL_SUCCESS &&
+        clBuildProgram(p, 1, &ctx->cl_dev, options, NULL, NULL) == CL_SUCCESS) {
+        cv_log(ctx, CLVARLEN_LOG_DEBUG, "program cache hit: %s [%s] (%s)", file, options,
+               pk->key.hex);
+        return p;
+    }
+    if (p)
+        clReleaseProgram(p);
+    cv_log(ctx, CLVARLEN_LOG_INFO,
+           "program cache corrupt: %s/%s.bin was refused by the driver; rebuilding",
+           ctx->cache_dir ? ctx->cache_dir : "(cache)", pk->key.hex);
+    return NULL;
+}
+
+/* Keeps the binary of a program built from source for the next start. */
+static void store_binary(clvarlen_context *ctx, cl_program p, const program_key *pk)
+{
+    size_t bsize = 0;
+    if (!ctx->cache_dir ||
+        clGetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof bsize, &bsize, NULL) != CL_SUCCESS ||
+        bsize == 0)
+        return;
+    unsigned char *b = malloc(bsize);
+    unsigned char *bins[] = {b};
+    if (!b)
+        cv_log(ctx, CLVARLEN_LOG_INFO, "program cache: no memory for a %zu-byte binary; not "
+               "stored", bsize);
+    else if (clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof bins, bins, NULL) == CL_SUCCESS)
+        cv_cache_store(ctx, &pk->key, b, bsize);
+    free(b);
 }
 
 static clvarlen_status build_program(clvarlen_context *ctx, const char *file, const char *options,
@@ -210,45 +271,23 @@ static clvarlen_status build_program(clvarlen_context *ctx, const char *file, co
     clvarlen_status st = load_source(ctx, file, &source, &size, dir, sizeof dir);
     if (st != CLVARLEN_SUCCESS)
         return st;
-    char key[33];
-    program_key(ctx, source, size, options, key);
-    cl_int err = CL_SUCCESS;
-
-    unsigned char *bin = NULL;
-    size_t bin_size = 0;
-    int cached = cv_cache_load(ctx, key, &bin, &bin_size);
-    if (cached == -1)
-        cv_log(ctx, CLVARLEN_LOG_DEBUG, "program cache corrupt: %s/%s.bin (%s); rebuilding",
-               ctx->cache_dir, key, file);
-    if (cached == 1) {
-        const unsigned char *bins[] = {bin};
-        cl_int bin_status = CL_SUCCESS;
-        cl_program p = clCreateProgramWithBinary(ctx->cl_ctx, 1, &ctx->cl_dev, &bin_size, bins,
-                                                 &bin_status, &err);
-        free(bin);
-        if (err == CL_SUCCESS && bin_status == CL_SUCCESS &&
-            clBuildProgram(p, 1, &ctx->cl_dev, options, NULL, NULL) == CL_SUCCESS) {
-            cv_log(ctx, CLVARLEN_LOG_DEBUG, "program cache hit: %s [%s] (%s)", file, options, key);
-            free(source);
-            *out = p;
-            return CLVARLEN_SUCCESS;
-        }
-        if (p)
-            clReleaseProgram(p);
-        cv_log(ctx, CLVARLEN_LOG_DEBUG,
-               "program cache corrupt: %s/%s.bin was refused by the driver; rebuilding",
-               ctx->cache_dir, key);
-    } else if (cached == 0) {
-        cv_log(ctx, CLVARLEN_LOG_DEBUG, "program cache miss: %s [%s] (%s)", file, options, key);
+    program_key pk; /* points into source until the binary is stored */
+    program_key_init(ctx, source, size, options, &pk);
+    if ((*out = load_cached(ctx, &pk, file, options)) != NULL) {
+        free(source);
+        return CLVARLEN_SUCCESS;
     }
 
+    cl_int err = CL_SUCCESS;
     const char *src = source;
     cl_program p = clCreateProgramWithSource(ctx->cl_ctx, 1, &src, &size, &err);
-    free(source);
-    if (err != CL_SUCCESS)
+    if (err != CL_SUCCESS) {
+        free(source);
         return cv_cl_check(ctx, err, "clCreateProgramWithSource");
+    }
     err = clBuildProgram(p, 1, &ctx->cl_dev, options, NULL, NULL);
     if (err != CL_SUCCESS) {
+        free(source);
         char *log = build_log(ctx, p);
         clReleaseProgram(p);
         st = cv_error(ctx, CLVARLEN_ERROR_KERNEL_BUILD,
@@ -258,18 +297,8 @@ static clvarlen_status build_program(clvarlen_context *ctx, const char *file, co
         return st;
     }
     cv_log(ctx, CLVARLEN_LOG_INFO, "compiled %s/%s [%s]", dir, file, options);
-
-    /* Keep the binary for the next start. */
-    size_t bsize = 0;
-    if (ctx->cache_dir &&
-        clGetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof bsize, &bsize, NULL) == CL_SUCCESS &&
-        bsize > 0) {
-        unsigned char *b = malloc(bsize);
-        unsigned char *bins[] = {b};
-        if (b && clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof bins, bins, NULL) == CL_SUCCESS)
-            cv_cache_store(ctx, key, b, bsize);
-        free(b);
-    }
+    store_binary(ctx, p, &pk);
+    free(source);
     *out = p;
     return CLVARLEN_SUCCESS;
 }
