@@ -2,7 +2,8 @@
  * the source tree when the library runs from its build tree, then the
  * installed data directory), join cl/cv-shared.h and cl/common.clh from the
  * same directory in front of it, and build it with the op's -D options. Programs are kept per
- * context (in memory) and as binaries on disk (program-cache.c).
+ * context (in memory) and as binaries on disk (program-cache.c). A failed allocation is
+ * CLVARLEN_ERROR_OUT_OF_MEMORY, never "kernel not found".
  */
 #include "runtime/runtime.h"
 
@@ -28,27 +29,33 @@ struct cv_program {
     cv_kernel_entry *kernels;
 };
 
-static char *read_file(const char *path, size_t *size)
+typedef enum file_result { FILE_READ, FILE_ABSENT, FILE_NO_MEMORY } file_result;
+
+/* Reads a whole file, NUL-terminated, into *data (malloc'ed). FILE_ABSENT covers a file
+ * that is not there or cannot be read (the search goes on); FILE_NO_MEMORY only a failed
+ * allocation, which is an error of its own, never "not found". */
+static file_result read_file(const char *path, char **data, size_t *size)
 {
+    *data = NULL;
     FILE *f = fopen(path, "rb");
     if (!f)
-        return NULL;
-    char *buf = NULL;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long n = ftell(f);
-        if (n >= 0 && fseek(f, 0, SEEK_SET) == 0) {
-            buf = malloc((size_t)n + 1);
-            if (buf && fread(buf, 1, (size_t)n, f) == (size_t)n) {
-                buf[n] = '\0';
-                *size = (size_t)n;
-            } else {
-                free(buf);
-                buf = NULL;
-            }
-        }
+        return FILE_ABSENT;
+    file_result r = FILE_ABSENT;
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
+        char *buf = malloc((size_t)n + 1);
+        if (!buf)
+            r = FILE_NO_MEMORY;
+        else if (fread(buf, 1, (size_t)n, f) == (size_t)n) {
+            buf[n] = '\0';
+            *data = buf;
+            *size = (size_t)n;
+            r = FILE_READ;
+        } else
+            free(buf);
     }
     fclose(f);
-    return buf;
+    return r;
 }
 
 /* The build tree's kernels serve only a library that was loaded from the build tree. */
@@ -95,6 +102,53 @@ static char *join_source(char *const parts[], const size_t sizes[], size_t n, si
     return joined;
 }
 
+/* Reads file and its preludes from dir. SUCCESS (*source set); with *absent, dir has no
+ * file (the caller tries the next directory); else an error recorded on ctx: a prelude
+ * missing (KERNEL_NOT_FOUND) or no memory (OUT_OF_MEMORY). */
+static clvarlen_status load_from_dir(clvarlen_context *ctx, const char *dir, const char *file,
+                                     char **source, size_t *size, bool *absent)
+{
+    char path[PATH_MAX];
+    /* parts: the preludes, the family prelude (may stay NULL), the file */
+    char *parts[N_PRELUDES + 2] = {NULL};
+    size_t sizes[N_PRELUDES + 2] = {0};
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    file_result r = read_file(path, &parts[N_PRELUDES + 1], &sizes[N_PRELUDES + 1]);
+    *absent = r == FILE_ABSENT;
+    if (*absent)
+        return CLVARLEN_ERROR_KERNEL_NOT_FOUND;
+    const char *missing = NULL;
+    for (size_t j = 0; j < N_PRELUDES && r == FILE_READ; j++) {
+        snprintf(path, sizeof path, "%s/%s", dir, preludes[j]);
+        if ((r = read_file(path, &parts[j], &sizes[j])) == FILE_ABSENT)
+            missing = preludes[j];
+    }
+    if (r == FILE_READ) {
+        int family_len = (int)strcspn(file, "-.");
+        snprintf(path, sizeof path, "%s/%.*s.clh", dir, family_len, file);
+        if ((r = read_file(path, &parts[N_PRELUDES], &sizes[N_PRELUDES])) == FILE_ABSENT)
+            r = FILE_READ; /* the family prelude is optional */
+    }
+    char *joined = NULL;
+    if (r == FILE_READ) {
+        /* join_source skips nothing: an absent family prelude joins as "" */
+        char empty[1] = "";
+        char *join[N_PRELUDES + 2];
+        for (size_t j = 0; j < N_PRELUDES + 2; j++)
+            join[j] = parts[j] ? parts[j] : empty;
+        joined = join_source(join, sizes, N_PRELUDES + 2, size);
+    }
+    for (size_t j = 0; j < N_PRELUDES + 2; j++)
+        free(parts[j]);
+    if (missing)
+        return cv_error(ctx, CLVARLEN_ERROR_KERNEL_NOT_FOUND,
+                        "kernel %s found in %s but %s is missing there", file, dir, missing);
+    if (!joined)
+        return cv_error(ctx, CLVARLEN_ERROR_OUT_OF_MEMORY, "kernel %s: out of memory", file);
+    *source = joined;
+    return CLVARLEN_SUCCESS;
+}
+
 /* Reads the preludes + file from the first directory holding file. */
 static clvarlen_status load_source(clvarlen_context *ctx, const char *file, char **source,
                                    size_t *size, char *found_dir, size_t found_size)
@@ -102,8 +156,10 @@ static clvarlen_status load_source(clvarlen_context *ctx, const char *file, char
     char searched[2048] = "";
     const char *dirs[64];
     size_t n_dirs = 0;
-    char *path_copy = ctx->kernel_path ? strdup(ctx->kernel_path) : NULL;
-    if (path_copy) {
+    char *path_copy = NULL;
+    if (ctx->kernel_path) {
+        if (!(path_copy = strdup(ctx->kernel_path)))
+            return cv_error(ctx, CLVARLEN_ERROR_OUT_OF_MEMORY, "kernel %s: out of memory", file);
         char *save = NULL;
         for (char *d = strtok_r(path_copy, ":", &save); d && n_dirs < 60;
              d = strtok_r(NULL, ":", &save))
@@ -113,55 +169,21 @@ static clvarlen_status load_source(clvarlen_context *ctx, const char *file, char
         dirs[n_dirs++] = CLVARLEN_SOURCE_KERNEL_DIR;
     dirs[n_dirs++] = CLVARLEN_INSTALLED_KERNEL_DIR;
 
-    clvarlen_status st = CLVARLEN_ERROR_KERNEL_NOT_FOUND;
     for (size_t i = 0; i < n_dirs; i++) {
-        char path[PATH_MAX];
-        snprintf(path, sizeof path, "%s/%s", dirs[i], file);
-        /* parts: the preludes, the family prelude (may stay NULL), the file */
-        char *parts[N_PRELUDES + 2] = {NULL};
-        size_t sizes[N_PRELUDES + 2] = {0};
-        parts[N_PRELUDES + 1] = read_file(path, &sizes[N_PRELUDES + 1]);
+        bool absent = false;
+        clvarlen_status st = load_from_dir(ctx, dirs[i], file, source, size, &absent);
         size_t used = strlen(searched);
         snprintf(searched + used, sizeof searched - used, "%s%s", used ? ", " : "", dirs[i]);
-        if (!parts[N_PRELUDES + 1])
+        if (absent)
             continue;
-        const char *missing = NULL;
-        for (size_t j = 0; j < N_PRELUDES && !missing; j++) {
-            snprintf(path, sizeof path, "%s/%s", dirs[i], preludes[j]);
-            if (!(parts[j] = read_file(path, &sizes[j])))
-                missing = preludes[j];
-        }
-        int family_len = (int)strcspn(file, "-.");
-        snprintf(path, sizeof path, "%s/%.*s.clh", dirs[i], family_len, file);
-        parts[N_PRELUDES] = read_file(path, &sizes[N_PRELUDES]);
-        char *joined = NULL;
-        if (!missing) {
-            /* join_source skips nothing: an absent family prelude joins as "" */
-            char empty[1] = "";
-            char *join[N_PRELUDES + 2];
-            for (size_t j = 0; j < N_PRELUDES + 2; j++)
-                join[j] = parts[j] ? parts[j] : empty;
-            joined = join_source(join, sizes, N_PRELUDES + 2, size);
-        }
-        for (size_t j = 0; j < N_PRELUDES + 2; j++)
-            free(parts[j]);
-        /* dirs[] point into path_copy: free it only after the last use. */
-        if (missing)
-            st = cv_error(ctx, CLVARLEN_ERROR_KERNEL_NOT_FOUND,
-                          "kernel %s found in %s but %s is missing there", file, dirs[i],
-                          missing);
-        else if (!joined)
-            st = cv_error(ctx, CLVARLEN_ERROR_OUT_OF_MEMORY, "kernel %s: out of memory", file);
-        else {
-            *source = joined;
+        if (st == CLVARLEN_SUCCESS)
             snprintf(found_dir, found_size, "%s", dirs[i]);
-            st = CLVARLEN_SUCCESS;
-        }
+        /* dirs[] point into path_copy: free it only after the last use. */
         free(path_copy);
         return st;
     }
     free(path_copy);
-    return cv_error(ctx, st,
+    return cv_error(ctx, CLVARLEN_ERROR_KERNEL_NOT_FOUND,
                     "kernel source %s not found (searched: %s); set CLVARLEN_KERNEL_PATH to the "
                     "directory holding the installed .cl files",
                     file, searched);
