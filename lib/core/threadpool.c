@@ -137,6 +137,7 @@ cv_pool *cv_pool_create(int threads)
     if (size > 1) {
         p->threads = calloc((size_t)size - 1, sizeof *p->threads);
         if (!p->threads) {
+            p->size = 1; /* no workers to join (found by tests/test-fault.c) */
             cv_pool_destroy(p);
             return NULL;
         }

@@ -181,7 +181,8 @@ static clvarlen_context *context_alloc(const clvarlen_options *o)
         ctx->kernel_path = strdup(kp);
     ctx->cache_dir = resolve_cache_dir(o);
     ctx->base.pool = cv_pool_create(o ? o->threads : 0);
-    if (!ctx->base.error || !ctx->base.pool) {
+    /* a kernel path lost to a failed strdup would silently search elsewhere */
+    if (!ctx->base.error || !ctx->base.pool || (kp && *kp && !ctx->kernel_path)) {
         clvarlen_context_destroy(ctx);
         return NULL;
     }

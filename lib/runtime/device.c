@@ -190,25 +190,28 @@ clvarlen_status cv_devices_enumerate(cv_device **list, size_t *count)
         cl_uint nd = 0;
         if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 0, NULL, &nd) != CL_SUCCESS || nd == 0)
             continue;
+        /* Out of memory is an error, never devices quietly missing (tests/test-fault.c). */
         cl_device_id *devs = calloc(nd, sizeof *devs);
-        if (!devs)
-            continue;
+        cv_device *grown = devs ? realloc(out, (n + nd) * sizeof *out) : NULL;
+        if (!grown) {
+            free(devs);
+            free(out);
+            free(plats);
+            return CLVARLEN_ERROR_OUT_OF_MEMORY;
+        }
+        out = grown;
         if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, nd, devs, NULL) == CL_SUCCESS) {
-            cv_device *grown = realloc(out, (n + nd) * sizeof *out);
-            if (grown) {
-                out = grown;
-                for (cl_uint i = 0; i < nd; i++) {
-                    cl_bool avail = CL_FALSE, compiler = CL_FALSE;
-                    (void)clGetDeviceInfo(devs[i], CL_DEVICE_AVAILABLE, sizeof avail, &avail, NULL);
-                    (void)clGetDeviceInfo(devs[i], CL_DEVICE_COMPILER_AVAILABLE, sizeof compiler,
-                                          &compiler, NULL);
-                    if (!avail || !compiler)
-                        continue; /* kernels are compiled at run time */
-                    out[n].platform = plats[p];
-                    out[n].id = devs[i];
-                    cv_device_describe(plats[p], devs[i], (int)n, &out[n].info);
-                    n++;
-                }
+            for (cl_uint i = 0; i < nd; i++) {
+                cl_bool avail = CL_FALSE, compiler = CL_FALSE;
+                (void)clGetDeviceInfo(devs[i], CL_DEVICE_AVAILABLE, sizeof avail, &avail, NULL);
+                (void)clGetDeviceInfo(devs[i], CL_DEVICE_COMPILER_AVAILABLE, sizeof compiler,
+                                      &compiler, NULL);
+                if (!avail || !compiler)
+                    continue; /* kernels are compiled at run time */
+                out[n].platform = plats[p];
+                out[n].id = devs[i];
+                cv_device_describe(plats[p], devs[i], (int)n, &out[n].info);
+                n++;
             }
         }
         free(devs);

@@ -2,7 +2,8 @@
  * the source tree when the library runs from its build tree, then the
  * installed data directory), join cl/cv-shared.h and cl/common.clh from the
  * same directory in front of it, and build it with the op's -D options. Programs are kept per
- * context (in memory) and as binaries on disk (program-cache.c).
+ * context (in memory) and as binaries on disk (program-cache.c). A failed allocation is
+ * CLVARLEN_ERROR_OUT_OF_MEMORY, never "kernel not found".
  */
 #include "runtime/runtime.h"
 
@@ -28,27 +29,33 @@ struct cv_program {
     cv_kernel_entry *kernels;
 };
 
-static char *read_file(const char *path, size_t *size)
+typedef enum file_result { FILE_READ, FILE_ABSENT, FILE_NO_MEMORY } file_result;
+
+/* Reads a whole file, NUL-terminated, into *data (malloc'ed). FILE_ABSENT covers a file
+ * that is not there or cannot be read (the search goes on); FILE_NO_MEMORY only a failed
+ * allocation, which is an error of its own, never "not found". */
+static file_result read_file(const char *path, char **data, size_t *size)
 {
+    *data = NULL;
     FILE *f = fopen(path, "rb");
     if (!f)
-        return NULL;
-    char *buf = NULL;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long n = ftell(f);
-        if (n >= 0 && fseek(f, 0, SEEK_SET) == 0) {
-            buf = malloc((size_t)n + 1);
-            if (buf && fread(buf, 1, (size_t)n, f) == (size_t)n) {
-                buf[n] = '\0';
-                *size = (size_t)n;
-            } else {
-                free(buf);
-                buf = NULL;
-            }
-        }
+        return FILE_ABSENT;
+    file_result r = FILE_ABSENT;
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
+        char *buf = malloc((size_t)n + 1);
+        if (!buf)
+            r = FILE_NO_MEMORY;
+        else if (fread(buf, 1, (size_t)n, f) == (size_t)n) {
+            buf[n] = '\0';
+            *data = buf;
+            *size = (size_t)n;
+            r = FILE_READ;
+        } else
+            free(buf);
     }
     fclose(f);
-    return buf;
+    return r;
 }
 
 /* The build tree's kernels serve only a library that was loaded from the build tree. */
@@ -95,6 +102,53 @@ static char *join_source(char *const parts[], const size_t sizes[], size_t n, si
     return joined;
 }
 
+/* Reads file and its preludes from dir. SUCCESS (*source set); with *absent, dir has no
+ * file (the caller tries the next directory); else an error recorded on ctx: a prelude
+ * missing (KERNEL_NOT_FOUND) or no memory (OUT_OF_MEMORY). */
+static clvarlen_status load_from_dir(clvarlen_context *ctx, const char *dir, const char *file,
+                                     char **source, size_t *size, bool *absent)
+{
+    char path[PATH_MAX];
+    /* parts: the preludes, the family prelude (may stay NULL), the file */
+    char *parts[N_PRELUDES + 2] = {NULL};
+    size_t sizes[N_PRELUDES + 2] = {0};
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    file_result r = read_file(path, &parts[N_PRELUDES + 1], &sizes[N_PRELUDES + 1]);
+    *absent = r == FILE_ABSENT;
+    if (*absent)
+        return CLVARLEN_ERROR_KERNEL_NOT_FOUND;
+    const char *missing = NULL;
+    for (size_t j = 0; j < N_PRELUDES && r == FILE_READ; j++) {
+        snprintf(path, sizeof path, "%s/%s", dir, preludes[j]);
+        if ((r = read_file(path, &parts[j], &sizes[j])) == FILE_ABSENT)
+            missing = preludes[j];
+    }
+    if (r == FILE_READ) {
+        int family_len = (int)strcspn(file, "-.");
+        snprintf(path, sizeof path, "%s/%.*s.clh", dir, family_len, file);
+        if ((r = read_file(path, &parts[N_PRELUDES], &sizes[N_PRELUDES])) == FILE_ABSENT)
+            r = FILE_READ; /* the family prelude is optional */
+    }
+    char *joined = NULL;
+    if (r == FILE_READ) {
+        /* join_source skips nothing: an absent family prelude joins as "" */
+        char empty[1] = "";
+        char *join[N_PRELUDES + 2];
+        for (size_t j = 0; j < N_PRELUDES + 2; j++)
+            join[j] = parts[j] ? parts[j] : empty;
+        joined = join_source(join, sizes, N_PRELUDES + 2, size);
+    }
+    for (size_t j = 0; j < N_PRELUDES + 2; j++)
+        free(parts[j]);
+    if (missing)
+        return cv_error(ctx, CLVARLEN_ERROR_KERNEL_NOT_FOUND,
+                        "kernel %s found in %s but %s is missing there", file, dir, missing);
+    if (!joined)
+        return cv_error(ctx, CLVARLEN_ERROR_OUT_OF_MEMORY, "kernel %s: out of memory", file);
+    *source = joined;
+    return CLVARLEN_SUCCESS;
+}
+
 /* Reads the preludes + file from the first directory holding file. */
 static clvarlen_status load_source(clvarlen_context *ctx, const char *file, char **source,
                                    size_t *size, char *found_dir, size_t found_size)
@@ -102,8 +156,10 @@ static clvarlen_status load_source(clvarlen_context *ctx, const char *file, char
     char searched[2048] = "";
     const char *dirs[64];
     size_t n_dirs = 0;
-    char *path_copy = ctx->kernel_path ? strdup(ctx->kernel_path) : NULL;
-    if (path_copy) {
+    char *path_copy = NULL;
+    if (ctx->kernel_path) {
+        if (!(path_copy = strdup(ctx->kernel_path)))
+            return cv_error(ctx, CLVARLEN_ERROR_OUT_OF_MEMORY, "kernel %s: out of memory", file);
         char *save = NULL;
         for (char *d = strtok_r(path_copy, ":", &save); d && n_dirs < 60;
              d = strtok_r(NULL, ":", &save))
@@ -113,55 +169,21 @@ static clvarlen_status load_source(clvarlen_context *ctx, const char *file, char
         dirs[n_dirs++] = CLVARLEN_SOURCE_KERNEL_DIR;
     dirs[n_dirs++] = CLVARLEN_INSTALLED_KERNEL_DIR;
 
-    clvarlen_status st = CLVARLEN_ERROR_KERNEL_NOT_FOUND;
     for (size_t i = 0; i < n_dirs; i++) {
-        char path[PATH_MAX];
-        snprintf(path, sizeof path, "%s/%s", dirs[i], file);
-        /* parts: the preludes, the family prelude (may stay NULL), the file */
-        char *parts[N_PRELUDES + 2] = {NULL};
-        size_t sizes[N_PRELUDES + 2] = {0};
-        parts[N_PRELUDES + 1] = read_file(path, &sizes[N_PRELUDES + 1]);
+        bool absent = false;
+        clvarlen_status st = load_from_dir(ctx, dirs[i], file, source, size, &absent);
         size_t used = strlen(searched);
         snprintf(searched + used, sizeof searched - used, "%s%s", used ? ", " : "", dirs[i]);
-        if (!parts[N_PRELUDES + 1])
+        if (absent)
             continue;
-        const char *missing = NULL;
-        for (size_t j = 0; j < N_PRELUDES && !missing; j++) {
-            snprintf(path, sizeof path, "%s/%s", dirs[i], preludes[j]);
-            if (!(parts[j] = read_file(path, &sizes[j])))
-                missing = preludes[j];
-        }
-        int family_len = (int)strcspn(file, "-.");
-        snprintf(path, sizeof path, "%s/%.*s.clh", dirs[i], family_len, file);
-        parts[N_PRELUDES] = read_file(path, &sizes[N_PRELUDES]);
-        char *joined = NULL;
-        if (!missing) {
-            /* join_source skips nothing: an absent family prelude joins as "" */
-            char empty[1] = "";
-            char *join[N_PRELUDES + 2];
-            for (size_t j = 0; j < N_PRELUDES + 2; j++)
-                join[j] = parts[j] ? parts[j] : empty;
-            joined = join_source(join, sizes, N_PRELUDES + 2, size);
-        }
-        for (size_t j = 0; j < N_PRELUDES + 2; j++)
-            free(parts[j]);
-        /* dirs[] point into path_copy: free it only after the last use. */
-        if (missing)
-            st = cv_error(ctx, CLVARLEN_ERROR_KERNEL_NOT_FOUND,
-                          "kernel %s found in %s but %s is missing there", file, dirs[i],
-                          missing);
-        else if (!joined)
-            st = cv_error(ctx, CLVARLEN_ERROR_OUT_OF_MEMORY, "kernel %s: out of memory", file);
-        else {
-            *source = joined;
+        if (st == CLVARLEN_SUCCESS)
             snprintf(found_dir, found_size, "%s", dirs[i]);
-            st = CLVARLEN_SUCCESS;
-        }
+        /* dirs[] point into path_copy: free it only after the last use. */
         free(path_copy);
         return st;
     }
     free(path_copy);
-    return cv_error(ctx, st,
+    return cv_error(ctx, CLVARLEN_ERROR_KERNEL_NOT_FOUND,
                     "kernel source %s not found (searched: %s); set CLVARLEN_KERNEL_PATH to the "
                     "directory holding the installed .cl files",
                     file, searched);
@@ -184,21 +206,82 @@ static char *build_log(clvarlen_context *ctx, cl_program program)
     return log;
 }
 
-static clvarlen_status program_key(clvarlen_context *ctx, const char *source, size_t size,
-                                   const char *options, char key[33])
+/* The cache key of a program and the platform strings it points to. */
+typedef struct program_key {
+    char platform[256], platform_version[256];
+    cv_cache_key key;
+} program_key;
+
+static void program_key_init(clvarlen_context *ctx, const char *source, size_t size,
+                             const char *options, program_key *pk)
 {
-    char platform[256] = "", platform_version[256] = "";
-    (void)clGetPlatformInfo(ctx->cl_platform, CL_PLATFORM_NAME, sizeof platform - 1, platform, NULL);
-    (void)clGetPlatformInfo(ctx->cl_platform, CL_PLATFORM_VERSION, sizeof platform_version - 1,
-                            platform_version, NULL);
+    memset(pk, 0, sizeof *pk);
+    (void)clGetPlatformInfo(ctx->cl_platform, CL_PLATFORM_NAME, sizeof pk->platform - 1,
+                            pk->platform, NULL);
+    (void)clGetPlatformInfo(ctx->cl_platform, CL_PLATFORM_VERSION,
+                            sizeof pk->platform_version - 1, pk->platform_version, NULL);
     const char *version = CLVARLEN_VERSION_STRING;
-    const void *parts[] = {source, options, platform, platform_version, ctx->device.device_name,
-                           ctx->device.driver_version, version};
-    size_t sizes[] = {size, strlen(options), strlen(platform), strlen(platform_version),
-                      strlen(ctx->device.device_name), strlen(ctx->device.driver_version),
-                      strlen(version)};
-    cv_hash_hex(parts, sizes, sizeof parts / sizeof parts[0], key);
-    return CLVARLEN_SUCCESS;
+    const char *strings[] = {options, pk->platform, pk->platform_version,
+                             ctx->device.device_name, ctx->device.driver_version, version};
+    cv_cache_key *k = &pk->key;
+    k->parts[0] = source;
+    k->sizes[0] = size;
+    k->n_parts = 1;
+    for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
+        k->parts[k->n_parts] = strings[i];
+        k->sizes[k->n_parts++] = strlen(strings[i]);
+    }
+    cv_cache_key_init(k);
+}
+
+/* The program from its cache entry, or NULL (absent, damaged or refused by the driver:
+ * the caller builds from source and rewrites the entry). */
+static cl_program load_cached(clvarlen_context *ctx, const program_key *pk, const char *file,
+                              const char *options)
+{
+    unsigned char *bin = NULL;
+    size_t bin_size = 0;
+    int cached = cv_cache_load(ctx, &pk->key, &bin, &bin_size);
+    if (cached == 0)
+        cv_log(ctx, CLVARLEN_LOG_DEBUG, "program cache miss: %s [%s] (%s)", file, options,
+               pk->key.hex);
+    if (cached != 1)
+        return NULL; /* a damaged entry was logged by cv_cache_load */
+    const unsigned char *bins[] = {bin};
+    cl_int bin_status = CL_SUCCESS, err = CL_SUCCESS;
+    cl_program p = clCreateProgramWithBinary(ctx->cl_ctx, 1, &ctx->cl_dev, &bin_size, bins,
+                                             &bin_status, &err);
+    free(bin);
+    if (err == CL_SUCCESS && bin_status == CL_SUCCESS &&
+        clBuildProgram(p, 1, &ctx->cl_dev, options, NULL, NULL) == CL_SUCCESS) {
+        cv_log(ctx, CLVARLEN_LOG_DEBUG, "program cache hit: %s [%s] (%s)", file, options,
+               pk->key.hex);
+        return p;
+    }
+    if (p)
+        clReleaseProgram(p);
+    cv_log(ctx, CLVARLEN_LOG_INFO,
+           "program cache corrupt: %s/%s.bin was refused by the driver; rebuilding",
+           ctx->cache_dir ? ctx->cache_dir : "(cache)", pk->key.hex);
+    return NULL;
+}
+
+/* Keeps the binary of a program built from source for the next start. */
+static void store_binary(clvarlen_context *ctx, cl_program p, const program_key *pk)
+{
+    size_t bsize = 0;
+    if (!ctx->cache_dir ||
+        clGetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof bsize, &bsize, NULL) != CL_SUCCESS ||
+        bsize == 0)
+        return;
+    unsigned char *b = malloc(bsize);
+    unsigned char *bins[] = {b};
+    if (!b)
+        cv_log(ctx, CLVARLEN_LOG_INFO, "program cache: no memory for a %zu-byte binary; not "
+               "stored", bsize);
+    else if (clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof bins, bins, NULL) == CL_SUCCESS)
+        cv_cache_store(ctx, &pk->key, b, bsize);
+    free(b);
 }
 
 static clvarlen_status build_program(clvarlen_context *ctx, const char *file, const char *options,
@@ -210,45 +293,23 @@ static clvarlen_status build_program(clvarlen_context *ctx, const char *file, co
     clvarlen_status st = load_source(ctx, file, &source, &size, dir, sizeof dir);
     if (st != CLVARLEN_SUCCESS)
         return st;
-    char key[33];
-    program_key(ctx, source, size, options, key);
-    cl_int err = CL_SUCCESS;
-
-    unsigned char *bin = NULL;
-    size_t bin_size = 0;
-    int cached = cv_cache_load(ctx, key, &bin, &bin_size);
-    if (cached == -1)
-        cv_log(ctx, CLVARLEN_LOG_DEBUG, "program cache corrupt: %s/%s.bin (%s); rebuilding",
-               ctx->cache_dir, key, file);
-    if (cached == 1) {
-        const unsigned char *bins[] = {bin};
-        cl_int bin_status = CL_SUCCESS;
-        cl_program p = clCreateProgramWithBinary(ctx->cl_ctx, 1, &ctx->cl_dev, &bin_size, bins,
-                                                 &bin_status, &err);
-        free(bin);
-        if (err == CL_SUCCESS && bin_status == CL_SUCCESS &&
-            clBuildProgram(p, 1, &ctx->cl_dev, options, NULL, NULL) == CL_SUCCESS) {
-            cv_log(ctx, CLVARLEN_LOG_DEBUG, "program cache hit: %s [%s] (%s)", file, options, key);
-            free(source);
-            *out = p;
-            return CLVARLEN_SUCCESS;
-        }
-        if (p)
-            clReleaseProgram(p);
-        cv_log(ctx, CLVARLEN_LOG_DEBUG,
-               "program cache corrupt: %s/%s.bin was refused by the driver; rebuilding",
-               ctx->cache_dir, key);
-    } else if (cached == 0) {
-        cv_log(ctx, CLVARLEN_LOG_DEBUG, "program cache miss: %s [%s] (%s)", file, options, key);
+    program_key pk; /* points into source until the binary is stored */
+    program_key_init(ctx, source, size, options, &pk);
+    if ((*out = load_cached(ctx, &pk, file, options)) != NULL) {
+        free(source);
+        return CLVARLEN_SUCCESS;
     }
 
+    cl_int err = CL_SUCCESS;
     const char *src = source;
     cl_program p = clCreateProgramWithSource(ctx->cl_ctx, 1, &src, &size, &err);
-    free(source);
-    if (err != CL_SUCCESS)
+    if (err != CL_SUCCESS) {
+        free(source);
         return cv_cl_check(ctx, err, "clCreateProgramWithSource");
+    }
     err = clBuildProgram(p, 1, &ctx->cl_dev, options, NULL, NULL);
     if (err != CL_SUCCESS) {
+        free(source);
         char *log = build_log(ctx, p);
         clReleaseProgram(p);
         st = cv_error(ctx, CLVARLEN_ERROR_KERNEL_BUILD,
@@ -258,18 +319,8 @@ static clvarlen_status build_program(clvarlen_context *ctx, const char *file, co
         return st;
     }
     cv_log(ctx, CLVARLEN_LOG_INFO, "compiled %s/%s [%s]", dir, file, options);
-
-    /* Keep the binary for the next start. */
-    size_t bsize = 0;
-    if (ctx->cache_dir &&
-        clGetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof bsize, &bsize, NULL) == CL_SUCCESS &&
-        bsize > 0) {
-        unsigned char *b = malloc(bsize);
-        unsigned char *bins[] = {b};
-        if (b && clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof bins, bins, NULL) == CL_SUCCESS)
-            cv_cache_store(ctx, key, b, bsize);
-        free(b);
-    }
+    store_binary(ctx, p, &pk);
+    free(source);
     *out = p;
     return CLVARLEN_SUCCESS;
 }

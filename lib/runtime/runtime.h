@@ -67,7 +67,8 @@ struct clvarlen_context {
     cv_tuning tuning;
     int device_checks;
     char *kernel_path;         /* option or CLVARLEN_KERNEL_PATH; may be NULL */
-    char *cache_dir;           /* resolved cache directory; NULL = disabled */
+    char *cache_dir;           /* resolved cache directory; NULL = disabled (also set by
+                                * program-cache.c when it refuses the directory) */
 
 #if CLVARLEN_HAVE_OPENCL
     int has_cl;
@@ -286,9 +287,30 @@ clvarlen_status cv_chain_check_range(cv_chain *c, cl_mem v32, cl_mem v64, size_t
 
 /** 128-bit content hash as 32 hex characters + NUL. */
 void cv_hash_hex(const void *const *parts, const size_t *sizes, size_t n_parts, char out[33]);
-/** Loads entry `key`: 1 loaded (*data malloc'ed), 0 absent or cache off, -1 corrupt or truncated. */
-int cv_cache_load(clvarlen_context *ctx, const char *key, unsigned char **data, size_t *size);
-/** Stores entry `key` (temporary file + rename); failures are logged, never fatal. */
-void cv_cache_store(clvarlen_context *ctx, const char *key, const unsigned char *data, size_t size);
+
+/** What a cache entry is bound to: the parts of the key (every byte compiled, the build
+ * options, platform, device, driver and clvarlen version), stored in the entry and
+ * compared byte for byte on load, and their hash, which names the entry's file. */
+#define CV_CACHE_KEY_MAX_PARTS 8
+typedef struct cv_cache_key {
+    const void *parts[CV_CACHE_KEY_MAX_PARTS];
+    size_t sizes[CV_CACHE_KEY_MAX_PARTS];
+    size_t n_parts;
+    char hex[33];
+} cv_cache_key;
+/** Sets key->hex from the parts. */
+void cv_cache_key_init(cv_cache_key *key);
+/**
+ * Loads the entry of key: 1 loaded (*data malloc'ed), 0 absent, cache off, directory
+ * refused or no memory to load it, -1 damaged or bound to another key (logged once:
+ * "program cache corrupt: ..."). A cache directory not owned by the user or writable by
+ * group or others is refused with one log line, and ctx->cache_dir is set to NULL.
+ */
+int cv_cache_load(clvarlen_context *ctx, const cv_cache_key *key, unsigned char **data,
+                  size_t *size);
+/** Stores the entry of key (exclusive temporary file + rename, in a directory created mode
+ * 0700); failures are logged, never fatal. */
+void cv_cache_store(clvarlen_context *ctx, const cv_cache_key *key, const unsigned char *data,
+                    size_t size);
 
 #endif /* CLVARLEN_RUNTIME_H */
