@@ -150,7 +150,8 @@ size_t cv_span_bytes(clvarlen_dtype dtype, int64_t row_elems, int64_t rows, int6
 
 /* ------------------------------------------------------------ CPU thread pool (threadpool.c) */
 
-/** threads <= 0: one worker per physical core (hwloc), else sysconf. NULL on failure. */
+/** threads <= 0: one worker per physical core (hwloc), else sysconf. All or nothing:
+ * NULL when an allocation or a thread fails (threads already started are joined). */
 cv_pool *cv_pool_create(int threads);
 void cv_pool_destroy(cv_pool *pool);
 int cv_pool_size(const cv_pool *pool);

@@ -139,28 +139,29 @@ static void log_from_env(clvarlen_context *ctx)
         ctx->base.log_level = level;
 }
 
-static char *resolve_cache_dir(const clvarlen_options *o)
+/* The cache directory into *dir (NULL: no disk cache); -1 when out of memory. */
+static int resolve_cache_dir(const clvarlen_options *o, char **dir)
 {
     const char *v = o && o->cache_dir ? o->cache_dir : getenv("CLVARLEN_CACHE_DIR");
     char buf[4096];
+    *dir = NULL;
     if (v && *v) {
         if (strcasecmp(v, "off") == 0)
-            return NULL;
-        return strdup(v);
+            return 0;
+        *dir = strdup(v);
+    } else if (getenv("XDG_CACHE_HOME") && getenv("XDG_CACHE_HOME")[0] == '/') {
+        snprintf(buf, sizeof buf, "%s/clvarlen", getenv("XDG_CACHE_HOME"));
+        *dir = strdup(buf);
+    } else if (getenv("HOME") && *getenv("HOME")) {
+        snprintf(buf, sizeof buf, "%s/.cache/clvarlen", getenv("HOME"));
+        *dir = strdup(buf);
+    } else {
+        return 0; /* nowhere sensible: no disk cache */
     }
-    const char *xdg = getenv("XDG_CACHE_HOME");
-    if (xdg && *xdg && xdg[0] == '/') {
-        snprintf(buf, sizeof buf, "%s/clvarlen", xdg);
-        return strdup(buf);
-    }
-    const char *home = getenv("HOME");
-    if (home && *home) {
-        snprintf(buf, sizeof buf, "%s/.cache/clvarlen", home);
-        return strdup(buf);
-    }
-    return NULL; /* nowhere sensible: no disk cache */
+    return *dir ? 0 : -1;
 }
 
+/* A context on the CPU fallback; NULL when out of memory (nothing left behind). */
 static clvarlen_context *context_alloc(const clvarlen_options *o)
 {
     clvarlen_context *ctx = calloc(1, sizeof *ctx);
@@ -176,12 +177,18 @@ static clvarlen_context *context_alloc(const clvarlen_options *o)
         ctx->device_checks = o->device_checks;
     }
     log_from_env(ctx);
+    bool ok = ctx->base.error != NULL;
     const char *kp = o && o->kernel_path ? o->kernel_path : getenv("CLVARLEN_KERNEL_PATH");
-    if (kp && *kp)
+    if (ok && kp && *kp) {
         ctx->kernel_path = strdup(kp);
-    ctx->cache_dir = resolve_cache_dir(o);
-    ctx->base.pool = cv_pool_create(o ? o->threads : 0);
-    if (!ctx->base.error || !ctx->base.pool) {
+        ok = ctx->kernel_path != NULL;
+    }
+    ok = ok && resolve_cache_dir(o, &ctx->cache_dir) == 0;
+    if (ok) {
+        ctx->base.pool = cv_pool_create(o ? o->threads : 0);
+        ok = ctx->base.pool != NULL;
+    }
+    if (!ok) {
         clvarlen_context_destroy(ctx);
         return NULL;
     }
