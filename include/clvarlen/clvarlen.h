@@ -23,8 +23,21 @@
  *   and CLVARLEN_ERROR_KERNEL_BUILD (first use of a kernel);
  * - cu_seqlens are int32 [n + 1], cu[0] = 0, non-decreasing;
  * - token strides are in elements; 0 means "contiguous";
- * - a context may be used by one thread at a time; distinct contexts are
- *   independent (all state lives in the handle);
+ * - threads: distinct contexts are independent (all state lives in the
+ *   handle) and run in parallel. A context may also be shared by threads:
+ *   each call holds the context's lock for its whole duration, so calls on
+ *   one context run one at a time and give the results of the same calls
+ *   made one after another (on OpenCL, the commands of one call stay
+ *   together on the context's in-order queue). clvarlen_context_destroy must
+ *   not run while another thread is inside a call on the same context. The
+ *   message of a shared context may be another thread's: read
+ *   clvarlen_last_error(context) only when no other thread is calling (or
+ *   give each thread its own context). Log handlers run on the calling
+ *   thread with the context locked. The device list is made once per
+ *   process, by the first call that needs it (a failed attempt is not
+ *   kept: the next call asks the driver again). Environment variables are
+ *   read when contexts are created and devices selected: do not change them
+ *   (setenv) from another thread meanwhile;
  * - the library never prints (unless a log handler or CLVARLEN_LOG asks)
  *   and never aborts.
  *
@@ -166,8 +179,10 @@ typedef struct clvarlen_device_info {
 
 /**
  * The number of OpenCL devices visible (0 without OpenCL or without any
- * platform: not an error). Errors: CLVARLEN_ERROR_INVALID_ARGUMENT (count
- * NULL), CLVARLEN_ERROR_OUT_OF_MEMORY; *count is written only on success.
+ * platform: not an error). The driver is asked once per process; devices
+ * that appear later are not seen. Errors: CLVARLEN_ERROR_INVALID_ARGUMENT
+ * (count NULL), CLVARLEN_ERROR_OUT_OF_MEMORY; *count is written only on
+ * success.
  */
 CLVARLEN_API clvarlen_status clvarlen_device_count(size_t *count);
 /**
@@ -235,6 +250,9 @@ typedef struct clvarlen_context clvarlen_context;
  * Creates a context on the selected device (options may be NULL). Having no
  * OpenCL platform at all is not an error: the context uses the CPU fallback.
  * An explicit selection that matches nothing is CLVARLEN_ERROR_DEVICE_NOT_FOUND.
+ * CLVARLEN_ERROR_OUT_OF_MEMORY when memory or one of the CPU pool's threads
+ * cannot be had (nothing is left behind: the threads started are joined).
+ * *context is written only on success.
  */
 CLVARLEN_API clvarlen_status clvarlen_context_create(const clvarlen_options *options,
                                                      clvarlen_context **context);
@@ -242,7 +260,8 @@ CLVARLEN_API void clvarlen_context_destroy(clvarlen_context *context);
 /**
  * The message of the last failed call on this context (or, for context ==
  * NULL, of the last failed call on this thread that had no context). Empty
- * after a success. Valid until the next call on the same context.
+ * after a success. Valid until the next call on the same context (from any
+ * thread, when threads share it).
  */
 CLVARLEN_API const char *clvarlen_last_error(const clvarlen_context *context);
 /** Describes the context's device (index -1 for the CPU fallback). */

@@ -13,6 +13,7 @@
 
 #include "config.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -64,6 +65,10 @@ typedef struct cv_ctx_base {
     clvarlen_log_level log_level;
     int log_stderr;            /* CLVARLEN_LOG asked for messages on stderr */
     cv_pool *pool;             /* the CPU fallback's threads (threadpool.c) */
+
+    /* process.c: every public call on the context holds `lock` (recursive),
+     * so threads may share a context. */
+    pthread_mutex_t lock;
 } cv_ctx_base;
 
 /** The base of a context: its first member (C11 6.7.2.1p15). */
@@ -81,14 +86,39 @@ clvarlen_status cv_verror(clvarlen_context *ctx, clvarlen_status st, const char 
 void cv_clear_error(clvarlen_context *ctx);
 void cv_log(clvarlen_context *ctx, clvarlen_log_level level, const char *fmt, ...) CV_PRINTF(3, 4);
 
-/** Public entry points on a context start with CV_ENTER(ctx): NULL check and error reset. */
+/* ------------------------------------------------------------ the context lock (process.c) */
+
+/** Sets up the base's lock (called by context creation before anything else);
+ * OUT_OF_MEMORY (nothing to undo) when that fails. */
+clvarlen_status cv_base_init(cv_ctx_base *base);
+/** Destroys what cv_base_init made (not the error buffer or the pool). */
+void cv_base_fini(cv_ctx_base *base);
+
+/** What CV_ENTER holds for the rest of a public call: the locked context. */
+typedef struct cv_entry {
+    cv_ctx_base *locked;       /* NULL when cv_enter failed (nothing locked) */
+    clvarlen_status status;
+} cv_entry;
+/** Locks ctx for one public call and clears its last error. */
+cv_entry cv_enter(clvarlen_context *ctx, const char *fn);
+/** Unlocks what cv_enter locked (the cleanup of CV_ENTER's variable). */
+void cv_leave(cv_entry *entry);
+
+#if !defined(__GNUC__)
+#  error "clvarlen needs __attribute__((cleanup)) (GCC or Clang) for CV_ENTER"
+#endif
+/**
+ * Public entry points on a context start with CV_ENTER(ctx) as their first
+ * statement, at function scope: NULL check, then the context's lock, held until
+ * the function returns (a cleanup variable, so every return unlocks), and the
+ * last error reset. One per function.
+ */
 #define CV_ENTER_FN(ctx, fn)                                                                   \
-    do {                                                                                       \
-        if (!(ctx))                                                                            \
-            return cv_error(NULL, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: context is NULL",     \
-                            (fn));                                                             \
-        cv_clear_error(ctx);                                                                   \
-    } while (0)
+    if (!(ctx))                                                                                \
+        return cv_error(NULL, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: context is NULL", (fn));  \
+    cv_entry cv_entry_ __attribute__((cleanup(cv_leave))) = cv_enter((ctx), (fn));             \
+    if (cv_entry_.status != CLVARLEN_SUCCESS)                                                  \
+    return cv_entry_.status
 #define CV_ENTER(ctx) CV_ENTER_FN(ctx, __func__)
 
 /* ------------------------------------------------------------ dtypes (dtype.c) */

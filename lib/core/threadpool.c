@@ -2,7 +2,7 @@
  * per hyperthread, since these kernels are bandwidth- or FMA-bound), each
  * bound to its core, falling back to sysconf without hwloc. cv_pool_for hands
  * out chunks of a range through an atomic counter; the caller participates.
- * One job at a time per pool (a context is used by one thread at a time).
+ * One job at a time per pool: every call on a context holds its lock (CV_ENTER).
  */
 #include "core/core.h"
 

@@ -1,6 +1,8 @@
 /* Options and contexts. A context owns its CPU pool,
- * its OpenCL objects (when on a device), its compiled programs and its last
- * error; nothing is global except the message of calls made without one.
+ * its OpenCL objects (when on a device), its compiled programs, its last
+ * error and the lock its public calls hold (lib/core/process.c); nothing is
+ * global except the message of calls made without one (per thread) and the
+ * device list (lib/runtime/device.c, made once per process).
  */
 #include "runtime/runtime.h"
 
@@ -167,6 +169,10 @@ static clvarlen_context *context_alloc(const clvarlen_options *o)
     clvarlen_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx)
         return NULL;
+    if (cv_base_init(&ctx->base) != CLVARLEN_SUCCESS) {
+        free(ctx);
+        return NULL;
+    }
     ctx->base.error_cap = 256;
     ctx->base.error = calloc(1, ctx->base.error_cap);
     ctx->base.log_level = CLVARLEN_LOG_ERROR;
@@ -289,6 +295,7 @@ void clvarlen_context_destroy(clvarlen_context *ctx)
     free(ctx->kernel_path);
     free(ctx->cache_dir);
     free(ctx->base.error);
+    cv_base_fini(&ctx->base);
     free(ctx);
 }
 
@@ -376,12 +383,10 @@ clvarlen_status clvarlen_context_create_cl(cl_context cl_ctx, cl_device_id devic
 clvarlen_status clvarlen_context_get_cl(clvarlen_context *ctx, cl_context *cl_ctx,
                                         cl_device_id *device, cl_command_queue *queue)
 {
-    if (!ctx)
-        return cv_error(NULL, CLVARLEN_ERROR_INVALID_ARGUMENT, "clvarlen_context_get_cl: context is NULL");
+    CV_ENTER(ctx);
     if (!ctx->has_cl)
         return cv_error(ctx, CLVARLEN_ERROR_NO_OPENCL,
                         "clvarlen_context_get_cl: the context runs on the CPU fallback");
-    cv_clear_error(ctx);
     if (cl_ctx)
         *cl_ctx = ctx->cl_ctx;
     if (device)
