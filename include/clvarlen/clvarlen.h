@@ -38,6 +38,18 @@
  *   kept: the next call asks the driver again). Environment variables are
  *   read when contexts are created and devices selected: do not change them
  *   (setenv) from another thread meanwhile;
+ * - fork(): in the child, a context made before the fork on the CPU
+ *   fallback stays usable: its first call there starts new worker threads
+ *   (as many as start; the calling thread alone if none does), even when
+ *   another thread of the parent was inside a call on it at the fork (the
+ *   outputs of that call are then unspecified in the child). A context on
+ *   an OpenCL device is not: the driver's state stayed in the parent, so
+ *   every call on it in the child fails with CLVARLEN_ERROR_INVALID_ARGUMENT
+ *   (clvarlen_context_destroy is allowed and frees only host memory), and
+ *   once a parent has loaded the OpenCL driver, clvarlen_context_create in
+ *   its children fails with CLVARLEN_ERROR_OPENCL for an OpenCL device (the
+ *   device "cpu" works). clvarlen_context_create_cl is the caller's
+ *   business: the cl_context given must be the child's own;
  * - the library never prints (unless a log handler or CLVARLEN_LOG asks)
  *   and never aborts.
  *
@@ -181,8 +193,9 @@ typedef struct clvarlen_device_info {
  * The number of OpenCL devices visible (0 without OpenCL or without any
  * platform: not an error). The driver is asked once per process; devices
  * that appear later are not seen. Errors: CLVARLEN_ERROR_INVALID_ARGUMENT
- * (count NULL), CLVARLEN_ERROR_OUT_OF_MEMORY; *count is written only on
- * success.
+ * (count NULL), CLVARLEN_ERROR_OUT_OF_MEMORY, CLVARLEN_ERROR_OPENCL (in a
+ * forked child whose parent loaded the driver but made no list); *count is
+ * written only on success.
  */
 CLVARLEN_API clvarlen_status clvarlen_device_count(size_t *count);
 /**
@@ -251,8 +264,10 @@ typedef struct clvarlen_context clvarlen_context;
  * OpenCL platform at all is not an error: the context uses the CPU fallback.
  * An explicit selection that matches nothing is CLVARLEN_ERROR_DEVICE_NOT_FOUND.
  * CLVARLEN_ERROR_OUT_OF_MEMORY when memory or one of the CPU pool's threads
- * cannot be had (nothing is left behind: the threads started are joined).
- * *context is written only on success.
+ * cannot be had (nothing is left behind: the threads started are joined);
+ * CLVARLEN_ERROR_OPENCL for an OpenCL device in a child forked after its
+ * parent loaded the driver (see fork() above). *context is written only on
+ * success.
  */
 CLVARLEN_API clvarlen_status clvarlen_context_create(const clvarlen_options *options,
                                                      clvarlen_context **context);

@@ -3,6 +3,7 @@
  * bound to its core, falling back to sysconf without hwloc. cv_pool_for hands
  * out chunks of a range through an atomic counter; the caller participates.
  * One job at a time per pool: every call on a context holds its lock (CV_ENTER).
+ * After fork() a child rebuilds the workers (cv_pool_adopt, lib/core/process.c).
  */
 #include "core/core.h"
 
@@ -25,8 +26,9 @@ typedef struct cv_worker {
 
 struct cv_pool {
     int size;            /* threads including the caller */
-    int wanted;          /* the size asked for */
+    int wanted;          /* the size asked for (a forked child rebuilds to it) */
     cv_worker *workers;  /* wanted - 1 of them; the first size - 1 are running */
+    unsigned long fork_gen; /* cv_fork_generation() when the workers were started */
     pthread_mutex_t lock;
     pthread_cond_t wake;
     pthread_cond_t done;
@@ -147,6 +149,7 @@ static void start_workers(cv_pool *p)
     p->stopping = 0;
     p->generation = 0;
     p->busy_workers = 0;
+    p->fork_gen = cv_fork_generation();
     for (int i = 1; i < p->wanted; i++) {
         cv_worker *w = &p->workers[i - 1];
         w->pool = p;
@@ -197,10 +200,28 @@ cv_pool *cv_pool_create(int threads)
     return p;
 }
 
+void cv_pool_adopt(cv_pool *p)
+{
+    if (!p || p->fork_gen == cv_fork_generation())
+        return;
+    /* The parent's workers do not exist here, and its lock may look held. */
+    if (sync_init(p) != 0) {
+        p->size = 1; /* cv_pool_for runs size-1 pools on the caller alone, lock-free */
+        p->wanted = 1;
+        p->fork_gen = cv_fork_generation();
+        return;
+    }
+    start_workers(p); /* as many as start: a child cannot report a failure better */
+}
+
 void cv_pool_destroy(cv_pool *p)
 {
     if (!p)
         return;
+    if (p->fork_gen != cv_fork_generation()) {
+        free_pool(p); /* a forked child's copy: no workers to join, locks not ours */
+        return;
+    }
     pthread_mutex_lock(&p->lock);
     p->stopping = 1;
     pthread_cond_broadcast(&p->wake);
@@ -229,7 +250,8 @@ void cv_pool_for(cv_pool *p, int64_t n, int64_t grain, cv_range_fn fn, void *arg
     int64_t chunk = (n + (int64_t)size * 4 - 1) / ((int64_t)size * 4);
     if (chunk < grain)
         chunk = grain;
-    if (!p || size == 1 || chunk >= n) {
+    /* A pool seen in a forked child before adoption has no workers: run here. */
+    if (!p || size == 1 || chunk >= n || p->fork_gen != cv_fork_generation()) {
         fn(arg, 0, n);
         return;
     }

@@ -207,6 +207,7 @@ static clvarlen_status attach_device(clvarlen_context *ctx, cl_platform_id platf
                                      int index)
 {
     cl_int err = CL_SUCCESS;
+    ctx->base.process_bound = true; /* from here on, a forked child must not use it */
     ctx->cl_platform = platform;
     ctx->cl_dev = dev;
     if (cl_ctx) {
@@ -254,6 +255,14 @@ clvarlen_status clvarlen_context_create(const clvarlen_options *o, clvarlen_cont
     cv_device_describe_cpu(&ctx->device);
     cv_tuning_for(&ctx->device, &ctx->tuning);
 #if CLVARLEN_HAVE_OPENCL
+    if (index >= 0 && cv_opencl_inherited()) {
+        clvarlen_context_destroy(ctx);
+        return cv_error(NULL, CLVARLEN_ERROR_OPENCL,
+                        "clvarlen_context_create: %s, but this process was forked after its "
+                        "parent loaded the OpenCL driver, which a child cannot use; select "
+                        "device \"cpu\" here",
+                        reason);
+    }
     if (index >= 0) {
         cv_device *list = NULL;
         size_t n = 0;
@@ -281,6 +290,10 @@ void clvarlen_context_destroy(clvarlen_context *ctx)
     if (!ctx)
         return;
 #if CLVARLEN_HAVE_OPENCL
+    /* In a forked child the OpenCL objects are the parent's: calling the driver
+     * could hang, so they are left alone (the child's copy of them leaks). */
+    if (ctx->has_cl && cv_base_forked(&ctx->base))
+        goto host_memory;
     if (ctx->queue)
         clFinish(ctx->queue);
     cv_programs_release(ctx);
@@ -290,6 +303,7 @@ void clvarlen_context_destroy(clvarlen_context *ctx)
         clReleaseCommandQueue(ctx->queue);
     if (ctx->cl_ctx)
         clReleaseContext(ctx->cl_ctx);
+host_memory:
 #endif
     cv_pool_destroy(ctx->base.pool);
     free(ctx->kernel_path);

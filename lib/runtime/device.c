@@ -251,12 +251,44 @@ static int enumerate_now(cv_device **list, size_t *count)
  * The enumeration is done once per process, under a lock: drivers (PoCL
  * through ocl-icd) crash or report no platform when several threads make
  * their first OpenCL calls at once. A complete list is kept; a failure (out
- * of memory, a driver error) is not, so a later call asks again.
+ * of memory, a driver error) is not, so a later call asks again. After fork()
+ * the child keeps its parent's list but never asks the driver itself when the
+ * parent had loaded it: the driver's threads stayed in the parent.
  */
 static pthread_mutex_t enum_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t enum_once = PTHREAD_ONCE_INIT;
 static cv_device *enum_list;           /* the kept list (NULL when empty) */
 static size_t enum_count;
 static bool enum_kept;                 /* enum_list is the process's list */
+static bool driver_loaded;             /* clGetPlatformIDs found a platform */
+static unsigned long driver_generation; /* cv_fork_generation() when it did */
+
+static void enum_fork_child(void)
+{
+    pthread_mutex_init(&enum_lock, NULL); /* a parent thread may have held it */
+}
+
+static void enum_register(void)
+{
+    /* Without the handler a fork during an enumeration would leave the child's
+     * lock held; that child would then block in its first device call. */
+    (void)pthread_atfork(NULL, NULL, enum_fork_child);
+}
+
+/* Under enum_lock. */
+static bool driver_inherited_locked(void)
+{
+    return driver_loaded && driver_generation != cv_fork_generation();
+}
+
+bool cv_opencl_inherited(void)
+{
+    pthread_once(&enum_once, enum_register);
+    pthread_mutex_lock(&enum_lock);
+    bool inherited = driver_inherited_locked();
+    pthread_mutex_unlock(&enum_lock);
+    return inherited;
+}
 
 /* The kept list, copied for the caller. */
 static clvarlen_status copy_kept(cv_device **list, size_t *count)
@@ -275,11 +307,17 @@ static clvarlen_status enumerate_locked(cv_device **list, size_t *count)
 {
     if (enum_kept)
         return copy_kept(list, count);
+    if (driver_inherited_locked())
+        return CLVARLEN_ERROR_OPENCL; /* the parent loaded the driver but kept no list */
     cv_device *found = NULL;
     size_t n = 0;
     int r = enumerate_now(&found, &n);
     if (r < 0)
         return CLVARLEN_ERROR_OUT_OF_MEMORY;
+    if (!driver_loaded && (n > 0 || r == 0)) {
+        driver_loaded = true;
+        driver_generation = cv_fork_generation();
+    }
     if (r == 0) { /* the driver failed: this caller gets what there is, no list is kept */
         *list = found;
         *count = n;
@@ -295,6 +333,7 @@ clvarlen_status cv_devices_enumerate(cv_device **list, size_t *count)
 {
     *list = NULL;
     *count = 0;
+    pthread_once(&enum_once, enum_register);
     pthread_mutex_lock(&enum_lock);
     clvarlen_status st = enumerate_locked(list, count);
     pthread_mutex_unlock(&enum_lock);
