@@ -208,6 +208,34 @@ static int child_uses_cl_context(void *arg)
     return CHILD_OK;
 }
 
+/* In the child: making an OpenCL context is refused, a CPU one works. */
+static int child_makes_contexts(void *arg)
+{
+    fork_case *c = arg;
+    clvarlen_options *opt = NULL;
+    clvarlen_context *ctx = NULL;
+    if (clvarlen_options_create(&opt) != CLVARLEN_SUCCESS ||
+        clvarlen_options_set_device(opt, c->cl_spec) != CLVARLEN_SUCCESS)
+        return CHILD_RUN_FAILED;
+    if (clvarlen_context_create(opt, &ctx) != CLVARLEN_ERROR_OPENCL || ctx)
+        return CHILD_WRONG_STATUS;
+    if (clvarlen_options_set_device(opt, "cpu") != CLVARLEN_SUCCESS ||
+        clvarlen_context_create(opt, &ctx) != CLVARLEN_SUCCESS)
+        return CHILD_RUN_FAILED;
+    clvarlen_options_destroy(opt);
+    clvarlen_context_destroy(ctx);
+    return CHILD_OK;
+}
+
+/* The parent only lists the devices (that loads the driver) and makes no
+ * context before it forks. */
+START_TEST(cl_driver_loaded_in_parent)
+{
+    fork_case c = {.cl_spec = tu_cl_device_spec()};
+    in_child(child_makes_contexts, &c, "OpenCL context made after fork");
+}
+END_TEST
+
 START_TEST(cl_context_in_child)
 {
     workload *w = workload_create();
@@ -236,6 +264,7 @@ static Suite *fork_suite(void)
     tcase_add_test(tc, cpu_context_busy_at_fork);
 #endif
 #if TEST_BACKEND_CL
+    tcase_add_test(tc, cl_driver_loaded_in_parent);
     tcase_add_test(tc, cl_context_in_child);
 #endif
     suite_add_tcase(s, tc);

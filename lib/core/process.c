@@ -33,6 +33,9 @@ static void register_fork_handler(void)
 
 unsigned long cv_fork_generation(void)
 {
+    /* The first caller, before any state it records can cross a fork, registers
+     * the handler (the device list may be made before any context is). */
+    pthread_once(&fork_once, register_fork_handler);
     return atomic_load_explicit(&fork_count, memory_order_acquire);
 }
 
@@ -51,12 +54,12 @@ static int init_recursive_lock(pthread_mutex_t *lock)
 
 clvarlen_status cv_base_init(cv_ctx_base *base)
 {
-    pthread_once(&fork_once, register_fork_handler);
+    unsigned long generation = cv_fork_generation();
     if (!fork_handler_ok)
         return CLVARLEN_ERROR_OUT_OF_MEMORY; /* pthread_atfork's only failure is ENOMEM */
     if (init_recursive_lock(&base->lock) != 0)
         return CLVARLEN_ERROR_OUT_OF_MEMORY;
-    atomic_init(&base->fork_gen, cv_fork_generation());
+    atomic_init(&base->fork_gen, generation);
     base->orphaned = false;
     return CLVARLEN_SUCCESS;
 }

@@ -206,9 +206,9 @@ void cv_pool_adopt(cv_pool *p)
         return;
     /* The parent's workers do not exist here, and its lock may look held. */
     if (sync_init(p) != 0) {
-        p->size = 1; /* cv_pool_for runs size-1 pools on the caller alone, lock-free */
-        p->wanted = 1;
-        p->fork_gen = cv_fork_generation();
+        /* fork_gen stays the parent's: cv_pool_for runs on the caller alone and
+         * cv_pool_destroy only frees, neither touching the inherited lock. */
+        p->size = 1;
         return;
     }
     start_workers(p); /* as many as start: a child cannot report a failure better */

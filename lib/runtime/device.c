@@ -260,7 +260,7 @@ static pthread_once_t enum_once = PTHREAD_ONCE_INIT;
 static cv_device *enum_list;           /* the kept list (NULL when empty) */
 static size_t enum_count;
 static bool enum_kept;                 /* enum_list is the process's list */
-static bool driver_loaded;             /* clGetPlatformIDs found a platform */
+static bool driver_loaded;             /* clGetPlatformIDs was called */
 static unsigned long driver_generation; /* cv_fork_generation() when it did */
 
 static void enum_fork_child(void)
@@ -309,15 +309,17 @@ static clvarlen_status enumerate_locked(cv_device **list, size_t *count)
         return copy_kept(list, count);
     if (driver_inherited_locked())
         return CLVARLEN_ERROR_OPENCL; /* the parent loaded the driver but kept no list */
+    /* Recorded before the driver is called: a fork while it loads (from another
+     * thread) must not leave a child that thinks the driver is untouched. */
+    if (!driver_loaded) {
+        driver_generation = cv_fork_generation();
+        driver_loaded = true;
+    }
     cv_device *found = NULL;
     size_t n = 0;
     int r = enumerate_now(&found, &n);
     if (r < 0)
         return CLVARLEN_ERROR_OUT_OF_MEMORY;
-    if (!driver_loaded && (n > 0 || r == 0)) {
-        driver_loaded = true;
-        driver_generation = cv_fork_generation();
-    }
     if (r == 0) { /* the driver failed: this caller gets what there is, no list is kept */
         *list = found;
         *count = n;
