@@ -28,8 +28,33 @@
  *   sharing bytes (column slices at one stride) do not overlap;
  * - cu_seqlens are int32 [n + 1], cu[0] = 0, non-decreasing;
  * - token strides are in elements; 0 means "contiguous";
- * - a context may be used by one thread at a time; distinct contexts are
- *   independent (all state lives in the handle);
+ * - threads: distinct contexts are independent (all state lives in the
+ *   handle) and run in parallel. A context may also be shared by threads:
+ *   each call holds the context's lock for its whole duration, so calls on
+ *   one context run one at a time and give the results of the same calls
+ *   made one after another (on OpenCL, the commands of one call stay
+ *   together on the context's in-order queue). clvarlen_context_destroy must
+ *   not run while another thread is inside a call on the same context. The
+ *   message of a shared context may be another thread's: read
+ *   clvarlen_last_error(context) only when no other thread is calling (or
+ *   give each thread its own context). Log handlers run on the calling
+ *   thread with the context locked. The device list is made once per
+ *   process, by the first call that needs it (a failed attempt is not
+ *   kept: the next call asks the driver again). Environment variables are
+ *   read when contexts are created and devices selected: do not change them
+ *   (setenv) from another thread meanwhile;
+ * - fork(): in the child, a context made before the fork on the CPU
+ *   fallback stays usable: its first call there starts new worker threads
+ *   (as many as start; the calling thread alone if none does), even when
+ *   another thread of the parent was inside a call on it at the fork (the
+ *   outputs of that call are then unspecified in the child). A context on
+ *   an OpenCL device is not: the driver's state stayed in the parent, so
+ *   every call on it in the child fails with CLVARLEN_ERROR_INVALID_ARGUMENT
+ *   (clvarlen_context_destroy is allowed and frees only host memory), and
+ *   once a parent has loaded the OpenCL driver, clvarlen_context_create in
+ *   its children fails with CLVARLEN_ERROR_OPENCL for an OpenCL device (the
+ *   device "cpu" works). clvarlen_context_create_cl is the caller's
+ *   business: the cl_context given must be the child's own;
  * - the library never prints (unless a log handler or CLVARLEN_LOG asks)
  *   and never aborts.
  *
@@ -171,8 +196,11 @@ typedef struct clvarlen_device_info {
 
 /**
  * The number of OpenCL devices visible (0 without OpenCL or without any
- * platform: not an error). Errors: CLVARLEN_ERROR_INVALID_ARGUMENT (count
- * NULL), CLVARLEN_ERROR_OUT_OF_MEMORY; *count is written only on success.
+ * platform: not an error). The driver is asked once per process; devices
+ * that appear later are not seen. Errors: CLVARLEN_ERROR_INVALID_ARGUMENT
+ * (count NULL), CLVARLEN_ERROR_OUT_OF_MEMORY, CLVARLEN_ERROR_OPENCL (in a
+ * forked child whose parent loaded the driver but made no list); *count is
+ * written only on success.
  */
 CLVARLEN_API clvarlen_status clvarlen_device_count(size_t *count);
 /**
@@ -240,6 +268,11 @@ typedef struct clvarlen_context clvarlen_context;
  * Creates a context on the selected device (options may be NULL). Having no
  * OpenCL platform at all is not an error: the context uses the CPU fallback.
  * An explicit selection that matches nothing is CLVARLEN_ERROR_DEVICE_NOT_FOUND.
+ * CLVARLEN_ERROR_OUT_OF_MEMORY when memory or one of the CPU pool's threads
+ * cannot be had (nothing is left behind: the threads started are joined);
+ * CLVARLEN_ERROR_OPENCL for an OpenCL device in a child forked after its
+ * parent loaded the driver (see fork() above). *context is written only on
+ * success.
  */
 CLVARLEN_API clvarlen_status clvarlen_context_create(const clvarlen_options *options,
                                                      clvarlen_context **context);
@@ -247,7 +280,8 @@ CLVARLEN_API void clvarlen_context_destroy(clvarlen_context *context);
 /**
  * The message of the last failed call on this context (or, for context ==
  * NULL, of the last failed call on this thread that had no context). Empty
- * after a success. Valid until the next call on the same context.
+ * after a success. Valid until the next call on the same context (from any
+ * thread, when threads share it).
  */
 CLVARLEN_API const char *clvarlen_last_error(const clvarlen_context *context);
 /** Describes the context's device (index -1 for the CPU fallback). */

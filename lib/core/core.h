@@ -13,7 +13,9 @@
 
 #include "config.h"
 
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -64,6 +66,14 @@ typedef struct cv_ctx_base {
     clvarlen_log_level log_level;
     int log_stderr;            /* CLVARLEN_LOG asked for messages on stderr */
     cv_pool *pool;             /* the CPU fallback's threads (threadpool.c) */
+
+    /* process.c: every public call on the context holds `lock` (recursive),
+     * so threads may share a context; fork_gen is cv_fork_generation() when
+     * the context was created or adopted by a forked child. */
+    pthread_mutex_t lock;
+    atomic_ulong fork_gen;
+    bool process_bound;        /* holds OpenCL objects: unusable in a forked child */
+    bool orphaned;             /* process_bound, seen in a forked child: every call fails */
 } cv_ctx_base;
 
 /** The base of a context: its first member (C11 6.7.2.1p15). */
@@ -81,14 +91,47 @@ clvarlen_status cv_verror(clvarlen_context *ctx, clvarlen_status st, const char 
 void cv_clear_error(clvarlen_context *ctx);
 void cv_log(clvarlen_context *ctx, clvarlen_log_level level, const char *fmt, ...) CV_PRINTF(3, 4);
 
-/** Public entry points on a context start with CV_ENTER(ctx): NULL check and error reset. */
+/* ------------------------------------------------------------ processes and threads (process.c) */
+
+/** The number of fork()s between the first context of this process's lineage
+ * and now, as seen by this process: a child's count is its parent's plus one. */
+unsigned long cv_fork_generation(void);
+
+/** Sets up the base's lock and fork generation (called by context creation
+ * before anything else); OUT_OF_MEMORY (nothing to undo) when that fails. */
+clvarlen_status cv_base_init(cv_ctx_base *base);
+/** Destroys what cv_base_init made (not the error buffer or the pool). */
+void cv_base_fini(cv_ctx_base *base);
+/** True when the context was created before a fork() and is seen in the child. */
+bool cv_base_forked(const cv_ctx_base *base);
+
+/** What CV_ENTER holds for the rest of a public call: the locked context. */
+typedef struct cv_entry {
+    cv_ctx_base *locked;       /* NULL when cv_enter failed (nothing locked) */
+    clvarlen_status status;
+} cv_entry;
+/** Locks ctx for one public call and clears its last error. In a forked child it
+ * first adopts the context (a fresh lock, the CPU pool rebuilt) or, for an OpenCL
+ * context, records the error and returns it without locking. */
+cv_entry cv_enter(clvarlen_context *ctx, const char *fn);
+/** Unlocks what cv_enter locked (the cleanup of CV_ENTER's variable). */
+void cv_leave(cv_entry *entry);
+
+#if !defined(__GNUC__)
+#  error "clvarlen needs __attribute__((cleanup)) (GCC or Clang) for CV_ENTER"
+#endif
+/**
+ * Public entry points on a context start with CV_ENTER(ctx) as their first
+ * statement, at function scope: NULL check, then the context's lock, held until
+ * the function returns (a cleanup variable, so every return unlocks), and the
+ * last error reset. One per function.
+ */
 #define CV_ENTER_FN(ctx, fn)                                                                   \
-    do {                                                                                       \
-        if (!(ctx))                                                                            \
-            return cv_error(NULL, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: context is NULL",     \
-                            (fn));                                                             \
-        cv_clear_error(ctx);                                                                   \
-    } while (0)
+    if (!(ctx))                                                                                \
+        return cv_error(NULL, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: context is NULL", (fn));  \
+    cv_entry cv_entry_ __attribute__((cleanup(cv_leave))) = cv_enter((ctx), (fn));             \
+    if (cv_entry_.status != CLVARLEN_SUCCESS)                                                  \
+    return cv_entry_.status
 #define CV_ENTER(ctx) CV_ENTER_FN(ctx, __func__)
 
 /* ------------------------------------------------------------ dtypes (dtype.c) */
@@ -205,9 +248,15 @@ static inline cv_region cv_host_region(const char *name, const void *ptr, cv_ext
 
 /* ------------------------------------------------------------ CPU thread pool (threadpool.c) */
 
-/** threads <= 0: one worker per physical core (hwloc), else sysconf. NULL on failure. */
+/** threads <= 0: one worker per physical core (hwloc), else sysconf. All or nothing:
+ * NULL when an allocation or a thread fails (threads already started are joined). */
 cv_pool *cv_pool_create(int threads);
+/** Joins the workers and frees the pool; in a forked child that never adopted the
+ * pool, frees it without joining (the workers were the parent's). */
 void cv_pool_destroy(cv_pool *pool);
+/** In a forked child: the parent's workers do not exist here; starts new ones (as
+ * many as start; the pool shrinks, down to the calling thread alone, if some fail). */
+void cv_pool_adopt(cv_pool *pool);
 int cv_pool_size(const cv_pool *pool);
 
 /** Runs fn(arg, begin, end) over [0, n) in chunks of at least `grain` items, on

@@ -2,7 +2,8 @@
  * per hyperthread, since these kernels are bandwidth- or FMA-bound), each
  * bound to its core, falling back to sysconf without hwloc. cv_pool_for hands
  * out chunks of a range through an atomic counter; the caller participates.
- * One job at a time per pool (a context is used by one thread at a time).
+ * One job at a time per pool: every call on a context holds its lock (CV_ENTER).
+ * After fork() a child rebuilds the workers (cv_pool_adopt, lib/core/process.c).
  */
 #include "core/core.h"
 
@@ -17,9 +18,17 @@
 
 #define CV_POOL_MAX_THREADS 256
 
+typedef struct cv_worker {
+    pthread_t thread;
+    cv_pool *pool;
+    int index;
+} cv_worker;
+
 struct cv_pool {
-    int size; /* threads including the caller */
-    pthread_t *threads;
+    int size;            /* threads including the caller */
+    int wanted;          /* the size asked for (a forked child rebuilds to it) */
+    cv_worker *workers;  /* wanted - 1 of them; the first size - 1 are running */
+    unsigned long fork_gen; /* cv_fork_generation() when the workers were started */
     pthread_mutex_t lock;
     pthread_cond_t wake;
     pthread_cond_t done;
@@ -38,11 +47,6 @@ struct cv_pool {
     int n_cores;
 #endif
 };
-
-typedef struct worker_arg {
-    cv_pool *pool;
-    int index;
-} worker_arg;
 
 static void run_chunks(cv_pool *p)
 {
@@ -63,6 +67,8 @@ static void bind_to_core(cv_pool *p, int index)
     hwloc_obj_t core = hwloc_get_obj_by_type(p->topo, HWLOC_OBJ_CORE, (unsigned)(index % p->n_cores));
     if (core && core->cpuset) {
         hwloc_bitmap_t set = hwloc_bitmap_dup(core->cpuset);
+        if (!set)
+            return;
         hwloc_bitmap_singlify(set);
         /* Binding is an optimisation: a refusal (containers, cgroups) is not an error. */
         (void)hwloc_set_cpubind(p->topo, set, HWLOC_CPUBIND_THREAD);
@@ -76,11 +82,9 @@ static void bind_to_core(cv_pool *p, int index)
 
 static void *worker_main(void *varg)
 {
-    worker_arg *wa = varg;
-    cv_pool *p = wa->pool;
-    int index = wa->index;
-    free(wa);
-    bind_to_core(p, index);
+    cv_worker *w = varg;
+    cv_pool *p = w->pool;
+    bind_to_core(p, w->index);
     uint64_t seen = 0;
     pthread_mutex_lock(&p->lock);
     for (;;) {
@@ -120,6 +124,52 @@ static int count_cores(cv_pool *p)
     return n;
 }
 
+/* The lock and conditions; -1 (nothing left initialised) when one fails. */
+static int sync_init(cv_pool *p)
+{
+    if (pthread_mutex_init(&p->lock, NULL) != 0)
+        return -1;
+    if (pthread_cond_init(&p->wake, NULL) != 0) {
+        pthread_mutex_destroy(&p->lock);
+        return -1;
+    }
+    if (pthread_cond_init(&p->done, NULL) != 0) {
+        pthread_cond_destroy(&p->wake);
+        pthread_mutex_destroy(&p->lock);
+        return -1;
+    }
+    return 0;
+}
+
+/* Starts workers 1 .. wanted - 1; p->size counts the caller and those running,
+ * so a failure leaves exactly the started ones for cv_pool_destroy to join. */
+static void start_workers(cv_pool *p)
+{
+    p->size = 1;
+    p->stopping = 0;
+    p->generation = 0;
+    p->busy_workers = 0;
+    p->fork_gen = cv_fork_generation();
+    for (int i = 1; i < p->wanted; i++) {
+        cv_worker *w = &p->workers[i - 1];
+        w->pool = p;
+        w->index = i;
+        if (pthread_create(&w->thread, NULL, worker_main, w) != 0)
+            return;
+        p->size = i + 1;
+    }
+}
+
+static void free_pool(cv_pool *p)
+{
+    free(p->workers);
+#if CLVARLEN_HAVE_HWLOC
+    if (p->topo)
+        hwloc_topology_destroy(p->topo);
+#endif
+    free(p);
+}
+
 cv_pool *cv_pool_create(int threads)
 {
     cv_pool *p = calloc(1, sizeof *p);
@@ -127,55 +177,61 @@ cv_pool *cv_pool_create(int threads)
         return NULL;
     int cores = count_cores(p);
     int size = threads > 0 ? threads : cores;
-    if (size > CV_POOL_MAX_THREADS)
-        size = CV_POOL_MAX_THREADS;
-    p->size = size;
-    pthread_mutex_init(&p->lock, NULL);
-    pthread_cond_init(&p->wake, NULL);
-    pthread_cond_init(&p->done, NULL);
+    p->wanted = size > CV_POOL_MAX_THREADS ? CV_POOL_MAX_THREADS : size;
+    p->size = 1;
     atomic_init(&p->next, 0);
-    if (size > 1) {
-        p->threads = calloc((size_t)size - 1, sizeof *p->threads);
-        if (!p->threads) {
-            p->size = 1; /* no workers to join (found by tests/test-fault.c) */
-            cv_pool_destroy(p);
+    if (p->wanted > 1) {
+        p->workers = calloc((size_t)p->wanted - 1, sizeof *p->workers);
+        if (!p->workers) {
+            free_pool(p);
             return NULL;
         }
     }
-    for (int i = 1; i < size; i++) {
-        worker_arg *wa = malloc(sizeof *wa);
-        if (wa) {
-            wa->pool = p;
-            wa->index = i;
-        }
-        if (!wa || pthread_create(&p->threads[i - 1], NULL, worker_main, wa) != 0) {
-            free(wa); /* the worker frees it, but this one never started */
-            p->size = i; /* a smaller pool still works; destroy joins those started */
-            break;
-        }
+    if (sync_init(p) != 0) {
+        free_pool(p);
+        return NULL;
+    }
+    start_workers(p);
+    /* All or nothing: a pool smaller than asked for would hide the failure. */
+    if (p->size != p->wanted) {
+        cv_pool_destroy(p);
+        return NULL;
     }
     return p;
+}
+
+void cv_pool_adopt(cv_pool *p)
+{
+    if (!p || p->fork_gen == cv_fork_generation())
+        return;
+    /* The parent's workers do not exist here, and its lock may look held. */
+    if (sync_init(p) != 0) {
+        /* fork_gen stays the parent's: cv_pool_for runs on the caller alone and
+         * cv_pool_destroy only frees, neither touching the inherited lock. */
+        p->size = 1;
+        return;
+    }
+    start_workers(p); /* as many as start: a child cannot report a failure better */
 }
 
 void cv_pool_destroy(cv_pool *p)
 {
     if (!p)
         return;
+    if (p->fork_gen != cv_fork_generation()) {
+        free_pool(p); /* a forked child's copy: no workers to join, locks not ours */
+        return;
+    }
     pthread_mutex_lock(&p->lock);
     p->stopping = 1;
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->lock);
     for (int i = 1; i < p->size; i++)
-        pthread_join(p->threads[i - 1], NULL);
-    free(p->threads);
+        pthread_join(p->workers[i - 1].thread, NULL);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->wake);
     pthread_cond_destroy(&p->done);
-#if CLVARLEN_HAVE_HWLOC
-    if (p->topo)
-        hwloc_topology_destroy(p->topo);
-#endif
-    free(p);
+    free_pool(p);
 }
 
 int cv_pool_size(const cv_pool *p)
@@ -194,7 +250,8 @@ void cv_pool_for(cv_pool *p, int64_t n, int64_t grain, cv_range_fn fn, void *arg
     int64_t chunk = (n + (int64_t)size * 4 - 1) / ((int64_t)size * 4);
     if (chunk < grain)
         chunk = grain;
-    if (!p || size == 1 || chunk >= n) {
+    /* A pool seen in a forked child before adoption has no workers: run here. */
+    if (!p || size == 1 || chunk >= n || p->fork_gen != cv_fork_generation()) {
         fn(arg, 0, n);
         return;
     }

@@ -1,6 +1,8 @@
 /* Options and contexts. A context owns its CPU pool,
- * its OpenCL objects (when on a device), its compiled programs and its last
- * error; nothing is global except the message of calls made without one.
+ * its OpenCL objects (when on a device), its compiled programs, its last
+ * error and the lock its public calls hold (lib/core/process.c); nothing is
+ * global except the message of calls made without one (per thread) and the
+ * device list (lib/runtime/device.c, made once per process).
  */
 #include "runtime/runtime.h"
 
@@ -139,33 +141,38 @@ static void log_from_env(clvarlen_context *ctx)
         ctx->base.log_level = level;
 }
 
-static char *resolve_cache_dir(const clvarlen_options *o)
+/* The cache directory into *dir (NULL: no disk cache); -1 when out of memory. */
+static int resolve_cache_dir(const clvarlen_options *o, char **dir)
 {
     const char *v = o && o->cache_dir ? o->cache_dir : getenv("CLVARLEN_CACHE_DIR");
     char buf[4096];
+    *dir = NULL;
     if (v && *v) {
         if (strcasecmp(v, "off") == 0)
-            return NULL;
-        return strdup(v);
+            return 0;
+        *dir = strdup(v);
+    } else if (getenv("XDG_CACHE_HOME") && getenv("XDG_CACHE_HOME")[0] == '/') {
+        snprintf(buf, sizeof buf, "%s/clvarlen", getenv("XDG_CACHE_HOME"));
+        *dir = strdup(buf);
+    } else if (getenv("HOME") && *getenv("HOME")) {
+        snprintf(buf, sizeof buf, "%s/.cache/clvarlen", getenv("HOME"));
+        *dir = strdup(buf);
+    } else {
+        return 0; /* nowhere sensible: no disk cache */
     }
-    const char *xdg = getenv("XDG_CACHE_HOME");
-    if (xdg && *xdg && xdg[0] == '/') {
-        snprintf(buf, sizeof buf, "%s/clvarlen", xdg);
-        return strdup(buf);
-    }
-    const char *home = getenv("HOME");
-    if (home && *home) {
-        snprintf(buf, sizeof buf, "%s/.cache/clvarlen", home);
-        return strdup(buf);
-    }
-    return NULL; /* nowhere sensible: no disk cache */
+    return *dir ? 0 : -1;
 }
 
+/* A context on the CPU fallback; NULL when out of memory (nothing left behind). */
 static clvarlen_context *context_alloc(const clvarlen_options *o)
 {
     clvarlen_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx)
         return NULL;
+    if (cv_base_init(&ctx->base) != CLVARLEN_SUCCESS) {
+        free(ctx);
+        return NULL;
+    }
     ctx->base.error_cap = 256;
     ctx->base.error = calloc(1, ctx->base.error_cap);
     ctx->base.log_level = CLVARLEN_LOG_ERROR;
@@ -176,13 +183,18 @@ static clvarlen_context *context_alloc(const clvarlen_options *o)
         ctx->device_checks = o->device_checks;
     }
     log_from_env(ctx);
+    bool ok = ctx->base.error != NULL;
     const char *kp = o && o->kernel_path ? o->kernel_path : getenv("CLVARLEN_KERNEL_PATH");
-    if (kp && *kp)
+    if (ok && kp && *kp) {
         ctx->kernel_path = strdup(kp);
-    ctx->cache_dir = resolve_cache_dir(o);
-    ctx->base.pool = cv_pool_create(o ? o->threads : 0);
-    /* a kernel path lost to a failed strdup would silently search elsewhere */
-    if (!ctx->base.error || !ctx->base.pool || (kp && *kp && !ctx->kernel_path)) {
+        ok = ctx->kernel_path != NULL;
+    }
+    ok = ok && resolve_cache_dir(o, &ctx->cache_dir) == 0;
+    if (ok) {
+        ctx->base.pool = cv_pool_create(o ? o->threads : 0);
+        ok = ctx->base.pool != NULL;
+    }
+    if (!ok) {
         clvarlen_context_destroy(ctx);
         return NULL;
     }
@@ -195,6 +207,7 @@ static clvarlen_status attach_device(clvarlen_context *ctx, cl_platform_id platf
                                      int index)
 {
     cl_int err = CL_SUCCESS;
+    ctx->base.process_bound = true; /* from here on, a forked child must not use it */
     ctx->cl_platform = platform;
     ctx->cl_dev = dev;
     if (cl_ctx) {
@@ -242,6 +255,14 @@ clvarlen_status clvarlen_context_create(const clvarlen_options *o, clvarlen_cont
     cv_device_describe_cpu(&ctx->device);
     cv_tuning_for(&ctx->device, &ctx->tuning);
 #if CLVARLEN_HAVE_OPENCL
+    if (index >= 0 && cv_opencl_inherited()) {
+        clvarlen_context_destroy(ctx);
+        return cv_error(NULL, CLVARLEN_ERROR_OPENCL,
+                        "clvarlen_context_create: %s, but this process was forked after its "
+                        "parent loaded the OpenCL driver, which a child cannot use; select "
+                        "device \"cpu\" here",
+                        reason);
+    }
     if (index >= 0) {
         cv_device *list = NULL;
         size_t n = 0;
@@ -269,6 +290,10 @@ void clvarlen_context_destroy(clvarlen_context *ctx)
     if (!ctx)
         return;
 #if CLVARLEN_HAVE_OPENCL
+    /* In a forked child the OpenCL objects are the parent's: calling the driver
+     * could hang, so they are left alone (the child's copy of them leaks). */
+    if (ctx->has_cl && cv_base_forked(&ctx->base))
+        goto host_memory;
     if (ctx->queue)
         clFinish(ctx->queue);
     cv_programs_release(ctx);
@@ -278,11 +303,13 @@ void clvarlen_context_destroy(clvarlen_context *ctx)
         clReleaseCommandQueue(ctx->queue);
     if (ctx->cl_ctx)
         clReleaseContext(ctx->cl_ctx);
+host_memory:
 #endif
     cv_pool_destroy(ctx->base.pool);
     free(ctx->kernel_path);
     free(ctx->cache_dir);
     free(ctx->base.error);
+    cv_base_fini(&ctx->base);
     free(ctx);
 }
 
@@ -370,12 +397,10 @@ clvarlen_status clvarlen_context_create_cl(cl_context cl_ctx, cl_device_id devic
 clvarlen_status clvarlen_context_get_cl(clvarlen_context *ctx, cl_context *cl_ctx,
                                         cl_device_id *device, cl_command_queue *queue)
 {
-    if (!ctx)
-        return cv_error(NULL, CLVARLEN_ERROR_INVALID_ARGUMENT, "clvarlen_context_get_cl: context is NULL");
+    CV_ENTER(ctx);
     if (!ctx->has_cl)
         return cv_error(ctx, CLVARLEN_ERROR_NO_OPENCL,
                         "clvarlen_context_get_cl: the context runs on the CPU fallback");
-    cv_clear_error(ctx);
     if (cl_ctx)
         *cl_ctx = ctx->cl_ctx;
     if (device)

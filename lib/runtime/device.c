@@ -6,12 +6,16 @@
 #include "runtime/runtime.h"
 
 #include <ctype.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
 
+#ifndef CL_PLATFORM_NOT_FOUND_KHR
+#  define CL_PLATFORM_NOT_FOUND_KHR -1001 /* cl_khr_icd: the loader found no platform */
+#endif
 #ifndef CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV
 #  define CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV 0x4000
 #  define CL_DEVICE_COMPUTE_CAPABILITY_MINOR_NV 0x4001
@@ -169,61 +173,173 @@ void cv_device_describe(cl_platform_id platform, cl_device_id d, int index,
     }
 }
 
-clvarlen_status cv_devices_enumerate(cv_device **list, size_t *count)
+/* The devices of one platform, appended to *out (n entries, grown with realloc).
+ * 1: complete; 0: the driver failed (a transient error: the list is not kept);
+ * -1: out of memory. */
+static int append_platform(cl_platform_id platform, cv_device **out, size_t *n)
+{
+    cl_uint nd = 0;
+    cl_int err = clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, 0, NULL, &nd);
+    if (err == CL_DEVICE_NOT_FOUND || (err == CL_SUCCESS && nd == 0))
+        return 1;
+    if (err != CL_SUCCESS)
+        return 0;
+    cl_device_id *devs = calloc(nd, sizeof *devs);
+    if (!devs)
+        return -1;
+    if (clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, nd, devs, NULL) != CL_SUCCESS) {
+        free(devs);
+        return 0;
+    }
+    cv_device *grown = realloc(*out, (*n + nd) * sizeof **out);
+    if (!grown) {
+        free(devs);
+        return -1;
+    }
+    *out = grown;
+    for (cl_uint i = 0; i < nd; i++) {
+        cl_bool avail = CL_FALSE, compiler = CL_FALSE;
+        (void)clGetDeviceInfo(devs[i], CL_DEVICE_AVAILABLE, sizeof avail, &avail, NULL);
+        (void)clGetDeviceInfo(devs[i], CL_DEVICE_COMPILER_AVAILABLE, sizeof compiler, &compiler,
+                              NULL);
+        if (!avail || !compiler)
+            continue; /* kernels are compiled at run time */
+        grown[*n].platform = platform;
+        grown[*n].id = devs[i];
+        cv_device_describe(platform, devs[i], (int)*n, &grown[*n].info);
+        (*n)++;
+    }
+    free(devs);
+    return 1;
+}
+
+/* Asks the driver. 1: a complete list (kept for the process); 0: the driver
+ * failed, the list may be short (returned, not kept); -1: out of memory. */
+static int enumerate_now(cv_device **list, size_t *count)
 {
     *list = NULL;
     *count = 0;
     cl_uint np = 0;
+    cl_int err = clGetPlatformIDs(0, NULL, &np);
     /* No ICD, no platform: an empty list, never an error. */
-    if (clGetPlatformIDs(0, NULL, &np) != CL_SUCCESS || np == 0)
-        return CLVARLEN_SUCCESS;
+    if (err == CL_PLATFORM_NOT_FOUND_KHR || (err == CL_SUCCESS && np == 0))
+        return 1;
+    if (err != CL_SUCCESS)
+        return 0;
     cl_platform_id *plats = calloc(np, sizeof *plats);
     if (!plats)
-        return CLVARLEN_ERROR_OUT_OF_MEMORY;
+        return -1;
     if (clGetPlatformIDs(np, plats, NULL) != CL_SUCCESS) {
         free(plats);
-        return CLVARLEN_SUCCESS;
+        return 0;
     }
-    cv_device *out = NULL;
-    size_t n = 0;
-    for (cl_uint p = 0; p < np; p++) {
-        cl_uint nd = 0;
-        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 0, NULL, &nd) != CL_SUCCESS || nd == 0)
-            continue;
-        /* Out of memory is an error, never devices quietly missing (tests/test-fault.c). */
-        cl_device_id *devs = calloc(nd, sizeof *devs);
-        cv_device *grown = devs ? realloc(out, (n + nd) * sizeof *out) : NULL;
-        if (!grown) {
-            free(devs);
-            free(out);
-            free(plats);
-            return CLVARLEN_ERROR_OUT_OF_MEMORY;
-        }
-        out = grown;
-        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, nd, devs, NULL) == CL_SUCCESS) {
-            for (cl_uint i = 0; i < nd; i++) {
-                cl_bool avail = CL_FALSE, compiler = CL_FALSE;
-                (void)clGetDeviceInfo(devs[i], CL_DEVICE_AVAILABLE, sizeof avail, &avail, NULL);
-                (void)clGetDeviceInfo(devs[i], CL_DEVICE_COMPILER_AVAILABLE, sizeof compiler,
-                                      &compiler, NULL);
-                if (!avail || !compiler)
-                    continue; /* kernels are compiled at run time */
-                out[n].platform = plats[p];
-                out[n].id = devs[i];
-                cv_device_describe(plats[p], devs[i], (int)n, &out[n].info);
-                n++;
-            }
-        }
-        free(devs);
+    int complete = 1;
+    for (cl_uint p = 0; p < np && complete >= 0; p++) {
+        int r = append_platform(plats[p], list, count);
+        complete = r < complete ? r : complete;
     }
     free(plats);
-    if (n == 0) {
-        free(out);
-        out = NULL;
+    if (complete < 0 || *count == 0) {
+        free(*list);
+        *list = NULL;
+        *count = complete < 0 ? 0 : *count;
     }
-    *list = out;
-    *count = n;
+    return complete;
+}
+
+/*
+ * The enumeration is done once per process, under a lock: drivers (PoCL
+ * through ocl-icd) crash or report no platform when several threads make
+ * their first OpenCL calls at once. A complete list is kept; a failure (out
+ * of memory, a driver error) is not, so a later call asks again. After fork()
+ * the child keeps its parent's list but never asks the driver itself when the
+ * parent had loaded it: the driver's threads stayed in the parent.
+ */
+static pthread_mutex_t enum_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t enum_once = PTHREAD_ONCE_INIT;
+static cv_device *enum_list;           /* the kept list (NULL when empty) */
+static size_t enum_count;
+static bool enum_kept;                 /* enum_list is the process's list */
+static bool driver_loaded;             /* clGetPlatformIDs was called */
+static unsigned long driver_generation; /* cv_fork_generation() when it did */
+
+static void enum_fork_child(void)
+{
+    pthread_mutex_init(&enum_lock, NULL); /* a parent thread may have held it */
+}
+
+static void enum_register(void)
+{
+    /* Without the handler a fork during an enumeration would leave the child's
+     * lock held; that child would then block in its first device call. */
+    (void)pthread_atfork(NULL, NULL, enum_fork_child);
+}
+
+/* Under enum_lock. */
+static bool driver_inherited_locked(void)
+{
+    return driver_loaded && driver_generation != cv_fork_generation();
+}
+
+bool cv_opencl_inherited(void)
+{
+    pthread_once(&enum_once, enum_register);
+    pthread_mutex_lock(&enum_lock);
+    bool inherited = driver_inherited_locked();
+    pthread_mutex_unlock(&enum_lock);
+    return inherited;
+}
+
+/* The kept list, copied for the caller. */
+static clvarlen_status copy_kept(cv_device **list, size_t *count)
+{
+    if (enum_count > 0) {
+        *list = malloc(enum_count * sizeof **list);
+        if (!*list)
+            return CLVARLEN_ERROR_OUT_OF_MEMORY;
+        memcpy(*list, enum_list, enum_count * sizeof **list);
+    }
+    *count = enum_count;
     return CLVARLEN_SUCCESS;
+}
+
+static clvarlen_status enumerate_locked(cv_device **list, size_t *count)
+{
+    if (enum_kept)
+        return copy_kept(list, count);
+    if (driver_inherited_locked())
+        return CLVARLEN_ERROR_OPENCL; /* the parent loaded the driver but kept no list */
+    /* Recorded before the driver is called: a fork while it loads (from another
+     * thread) must not leave a child that thinks the driver is untouched. */
+    if (!driver_loaded) {
+        driver_generation = cv_fork_generation();
+        driver_loaded = true;
+    }
+    cv_device *found = NULL;
+    size_t n = 0;
+    int r = enumerate_now(&found, &n);
+    if (r < 0)
+        return CLVARLEN_ERROR_OUT_OF_MEMORY;
+    if (r == 0) { /* the driver failed: this caller gets what there is, no list is kept */
+        *list = found;
+        *count = n;
+        return CLVARLEN_SUCCESS;
+    }
+    enum_list = found;
+    enum_count = n;
+    enum_kept = true;
+    return copy_kept(list, count);
+}
+
+clvarlen_status cv_devices_enumerate(cv_device **list, size_t *count)
+{
+    *list = NULL;
+    *count = 0;
+    pthread_once(&enum_once, enum_register);
+    pthread_mutex_lock(&enum_lock);
+    clvarlen_status st = enumerate_locked(list, count);
+    pthread_mutex_unlock(&enum_lock);
+    return st;
 }
 #endif /* CLVARLEN_HAVE_OPENCL */
 

@@ -22,8 +22,12 @@ typedef struct cv_device {
     cl_device_id id;
 } cv_device;
 
-/** All OpenCL devices, in platform then device order; *list is malloc'ed (NULL when n == 0). */
+/** All OpenCL devices, in platform then device order; *list is malloc'ed (NULL when n == 0).
+ * The driver is asked once per process (thread-safe); OUT_OF_MEMORY, or OPENCL in a
+ * forked child whose parent loaded the driver without keeping a list. */
 clvarlen_status cv_devices_enumerate(cv_device **list, size_t *n);
+/** True in a process forked after an ancestor loaded the OpenCL driver: it must not be used. */
+bool cv_opencl_inherited(void);
 /** Fills info from an OpenCL device (index set to `index`). */
 void cv_device_describe(cl_platform_id platform, cl_device_id device, int index,
                         clvarlen_device_info *info);
