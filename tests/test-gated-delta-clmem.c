@@ -71,6 +71,17 @@ START_TEST(chunked_vs_recurrent)
 }
 END_TEST
 
+/* The chunked kernel with the widest work-group the tuning allows (256):
+ * PoCL miscompiled it wider than 64 (zero output), so there the library keeps
+ * 64 (lib/gated-delta/gated-delta-cl.c); other devices run 256. Runs in a
+ * forked child, and the library reads the tuning per call. */
+START_TEST(chunked_wide_group)
+{
+    setenv("CLVARLEN_GDN_TUNING", "cwg=256", 1);
+    gdn_t_seed_state_indices(gdn_ctx, CLVARLEN_GDN_CHUNKED);
+}
+END_TEST
+
 /* AUTO chooses per sequence: a batch with a long sequence (past the
  * threshold) and short ones runs both kernels, and each sequence's result
  * equals running it alone. */
@@ -311,6 +322,7 @@ void gdn_add_cl_cases(TCase *oracle, TCase *api)
     tcase_add_loop_test(oracle, sweep_chunked, 0, 3);
     tcase_add_loop_test(oracle, chunked_vs_recurrent, 0, 3);
     tcase_add_test(oracle, auto_per_sequence);
+    tcase_add_test(oracle, chunked_wide_group);
     tcase_add_loop_test(api, cl_mem_matches_host, 0, 2);
     tcase_add_loop_test(api, cl_mem_device_checks, 0, 2);
 }

@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# Runs oclgrind-cases on Oclgrind's simulated OpenCL device with its checks
+# (--check-api --data-races --uninitialized) and fails on anything Oclgrind
+# reports: an out-of-bounds access, a data race, a use of an uninitialised
+# value, an API error, a fatal error. Also fails when a case fails (device
+# and CPU fallback disagree) or, with no filter, when a kernel of cl/*.cl was
+# never launched (apart from those listed below, with the reason).
+#
+# Usage: run-oclgrind.sh --cases PATH --shim PATH [--keep DIR] [FILTER...]
+#   --cases  the oclgrind-cases binary (build/tests/oclgrind/oclgrind-cases)
+#   --shim   oclgrind-fill-shim.so from the same build (fill-shim.c says why)
+#   --keep   keep the log (stderr of the run) in DIR
+#   FILTER   only the cases whose names contain one of them (no coverage check)
+# Exit status: 0 clean, 1 a finding, 77 oclgrind is not installed (skip).
+#
+# Oclgrind is preloaded directly (LD_PRELOAD of liboclgrind-rt.so, as the
+# `oclgrind` wrapper does; the wrapper would drop the shim) and configured
+# through its environment variables, the wrapper's equivalents of
+# --check-api --data-races --uninitialized --inst-counts --max-errors 100
+# --build-options -cl-opt-disable. Kernels are built without optimisation:
+# Oclgrind 21.10's --uninitialized aborts on LLVM's `freeze` instruction,
+# which the optimiser emits. The library selects the device by its platform
+# name (CLVARLEN_DEVICE=oclgrind) and compiles into a fresh program cache.
+set -euo pipefail
+
+cases='' shim='' keep=''
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --cases) cases=$2; shift 2 ;;
+    --shim) shim=$2; shift 2 ;;
+    --keep) keep=$2; shift 2 ;;
+    *) break ;;
+    esac
+done
+if [ -z "$cases" ] || [ -z "$shim" ]; then
+    echo "usage: $0 --cases PATH --shim PATH [--keep DIR] [FILTER...]" >&2
+    exit 2
+fi
+here=$(cd "$(dirname "$0")" && pwd)
+cl_dir=${CLVARLEN_KERNEL_PATH:-$here/../../cl}
+
+oclgrind=$(command -v oclgrind || true)
+if [ -z "$oclgrind" ]; then
+    echo "run-oclgrind.sh: oclgrind is not installed: skipped" >&2
+    exit 77
+fi
+rt=${OCLGRIND_RT:-}
+if [ -z "$rt" ]; then
+    prefix=$(dirname "$(dirname "$(readlink -f "$oclgrind")")")
+    for d in "$prefix/lib/oclgrind" "$prefix/lib64/oclgrind" "$prefix/lib" \
+             "$prefix/lib/$(uname -m)-linux-gnu/oclgrind"; do
+        if [ -f "$d/liboclgrind-rt.so" ]; then rt=$d/liboclgrind-rt.so; break; fi
+    done
+fi
+if [ -z "$rt" ] || [ ! -f "$rt" ]; then
+    echo "run-oclgrind.sh: liboclgrind-rt.so not found next to $oclgrind (set OCLGRIND_RT)" >&2
+    exit 1
+fi
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/clvarlen-oclgrind.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+log=$work/oclgrind.log  # stderr: Oclgrind's reports, the case names
+out=$work/cases.out     # stdout: the case table, Oclgrind's instruction counts
+
+echo "run-oclgrind.sh: $("$oclgrind" --version | grep -m1 Oclgrind), runtime $rt"
+start=$(date +%s)
+set +e
+env LD_PRELOAD="$(readlink -f "$shim") $rt${LD_PRELOAD:+ $LD_PRELOAD}" \
+    OCLGRIND_CHECK_API=1 OCLGRIND_DATA_RACES=1 OCLGRIND_UNINITIALIZED=1 \
+    OCLGRIND_INST_COUNTS=1 OCLGRIND_MAX_ERRORS=100 \
+    OCLGRIND_BUILD_OPTIONS=-cl-opt-disable \
+    CLVARLEN_DEVICE=oclgrind CLVARLEN_KERNEL_PATH="$cl_dir" \
+    CLVARLEN_CACHE_DIR="$work/cache" \
+    "$cases" "$@" >"$out" 2>"$log"
+rc=$?
+set -e
+grep -v -E '^(Instructions executed|  |$)' "$out" || true
+echo "run-oclgrind.sh: $(($(date +%s) - start)) s, exit status $rc"
+if [ -n "$keep" ]; then
+    mkdir -p "$keep"
+    cp "$log" "$keep/oclgrind.log"
+    cp "$out" "$keep/cases.out"
+fi
+if [ "$rc" = 77 ]; then
+    echo "run-oclgrind.sh: no Oclgrind device: skipped" >&2
+    tail -n 5 "$log" >&2
+    exit 77
+fi
+
+# Oclgrind's reports: every error found in a kernel names the kernel on a
+# line of its own ("\tKernel: NAME"); API errors, fatal errors and the
+# error-count notice have their own headings.
+findings=$(grep -c -E \
+    -e $'^\tKernel: ' \
+    -e 'OpenCL runtime error detected' \
+    -e 'OCLGRIND FATAL ERROR' \
+    -e 'Invalid (read|write)|data race|[Uu]ninitiali[sz]ed|divergence|Unsupported' \
+    -e 'errors generated' "$log" || true)
+status=0
+if [ "$findings" != 0 ]; then
+    echo "run-oclgrind.sh: Oclgrind reported $findings finding line(s); the first reports:" >&2
+    grep -v -E "^(Instructions executed|  )" "$log" | grep -v '^$' | head -n 80 >&2
+    status=1
+fi
+if [ "$rc" != 0 ]; then
+    echo "run-oclgrind.sh: oclgrind-cases failed (exit status $rc); its stderr ends:" >&2
+    grep -v -E "^(Instructions executed|  )" "$log" | grep -v '^$' | tail -n 20 >&2
+    status=1
+fi
+
+# Kernel coverage: the kernels Oclgrind ran (--inst-counts names each one on stdout)
+# against every __kernel in cl/*.cl. Not coverable on Oclgrind:
+#   segment_gen_seq_lens: needs a correctly rounded f32 divide
+#     (CL_DEVICE_SINGLE_FP_CONFIG), which Oclgrind does not report, so the
+#     library computes gen_seq_lens on the host and writes the result.
+uncoverable='segment_gen_seq_lens'
+if [ $# -eq 0 ]; then
+    python3 - "$cl_dir" "$out" "$uncoverable" <<'EOF' || status=1
+import glob, os, re, sys
+cl_dir, log, uncoverable = sys.argv[1], sys.argv[2], set(sys.argv[3].split())
+defined = {}
+for path in sorted(glob.glob(os.path.join(cl_dir, "*.cl"))):
+    src = open(path).read()
+    for name in re.findall(r"__kernel\b[^;{]*?\bvoid\s+(\w+)\s*\(", src, re.S):
+        defined[name] = os.path.basename(path)
+ran = set(re.findall(r"Instructions executed for kernel '(\w+)'", open(log).read()))
+missing = sorted(set(defined) - ran - uncoverable)
+print("run-oclgrind.sh: %d kernels in cl/, %d launched under Oclgrind" %
+      (len(defined), len(ran & set(defined))))
+for name in sorted(defined):
+    state = "ran" if name in ran else ("not coverable" if name in uncoverable else "MISSING")
+    print("  %-28s %-18s %s" % (name, defined[name], state))
+if missing:
+    print("run-oclgrind.sh: kernels never launched: " + " ".join(missing), file=sys.stderr)
+    sys.exit(1)
+EOF
+fi
+[ "$status" = 0 ] && echo "run-oclgrind.sh: PASS (no Oclgrind findings)"
+exit "$status"
