@@ -280,11 +280,45 @@ START_TEST(api_overlap_attention)
 }
 END_TEST
 
+START_TEST(api_overlap_gated_delta)
+{
+    clvarlen_context *ctx = tu_cpu_context();
+    arena_init();
+    /* N 1, T 2, H = HV = 1, K = V = 4: A_log F(0), dt_bias F(1), a F(2), b F(4),
+     * q F(8), k F(16), v F(24); cu I(8) = {0, 2}; pool of 2 slots F(64); o F(100) */
+    int32_t *kcu = (int32_t *)(void *)(keep + 1024);
+    kcu[8] = 0;
+    kcu[9] = 2;
+    clvarlen_gdn_params p;
+    clvarlen_gdn_params_init(&p);
+    p.n_seqs = 1;
+    p.total_tokens = 2;
+    p.heads_qk = p.heads_v = 1;
+    p.key_dim = p.value_dim = 4;
+    p.state_slots = 2;
+#define GDN(pool, o) clvarlen_gated_delta_rule(ctx, &p, F(0), A(1), A(2), A(4), A(8), A(16), \
+                                               A(24), I(8), (pool), NULL, NULL, NULL, (o))
+    ALIAS(ctx, GDN(F(64), A(20)), IA, "gated delta o over k and v");
+    ALIAS(ctx, GDN(F(64), A(70)), IA, "gated delta o over the state pool");
+    ALIAS(ctx, GDN(F(30), A(100)), IA, "gated delta state pool over v");
+    ALIAS(ctx, GDN(A(1024 + 8), A(100)), IA, "gated delta state pool over cu_seqlens");
+    ALIAS(ctx, GDN(F(64), A(100)), OK_, "gated delta apart");
+#undef GDN
+    /* o a column slice beside v in one fused row [v | o] of 8: apart, exactly */
+    p.v_stride = p.o_stride = 8;
+    ALIAS(ctx, clvarlen_gated_delta_rule(ctx, &p, F(0), A(1), A(2), A(4), A(8), A(16), A(200),
+                                         I(8), F(64), NULL, NULL, NULL, A(204)),
+          OK_, "gated delta o interleaved with v");
+    clvarlen_context_destroy(ctx);
+}
+END_TEST
+
 TCase *api_limits_cases(void)
 {
     TCase *tc = tcase_create("limits");
     tcase_add_test(tc, api_hostile_shapes);
     tcase_add_test(tc, api_overlap_segment);
     tcase_add_test(tc, api_overlap_attention);
+    tcase_add_test(tc, api_overlap_gated_delta);
     return tc;
 }

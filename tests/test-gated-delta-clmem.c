@@ -260,6 +260,20 @@ START_TEST(cl_mem_matches_host)
                                       d.buf[D_O], 256, 0, NULL, NULL);
     ck_assert_int_eq(st, CLVARLEN_ERROR_BUFFER_TOO_SMALL);
     ck_assert_ptr_nonnull(strstr(clvarlen_last_error(gdn_ctx), "state_pool"));
+    /* an output sharing bytes with an input (o over v, the pool over q) is rejected */
+    st = clvarlen_cl_gated_delta_rule(gdn_ctx, &c.p, d.buf[D_ALOG], 256, d.buf[D_BIAS], 256,
+                                      d.buf[D_A], 256, d.buf[D_B], 256, d.buf[D_Q], 256,
+                                      d.buf[D_K], 256, d.buf[D_V], 256, d.buf[D_CU], 256,
+                                      d.buf[D_POOL], 256, d.buf[D_SIDX], 256, NULL, 0, NULL, 0,
+                                      d.buf[D_V], 256, 0, NULL, NULL);
+    ck_assert_int_eq(st, CLVARLEN_ERROR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(clvarlen_last_error(gdn_ctx), "o"));
+    st = clvarlen_cl_gated_delta_rule(gdn_ctx, &c.p, d.buf[D_ALOG], 256, d.buf[D_BIAS], 256,
+                                      d.buf[D_A], 256, d.buf[D_B], 256, d.buf[D_Q], 256,
+                                      d.buf[D_K], 256, d.buf[D_V], 256, d.buf[D_CU], 256,
+                                      d.buf[D_Q], 256, d.buf[D_SIDX], 256, NULL, 0, NULL, 0,
+                                      d.buf[D_O], 256, 0, NULL, NULL);
+    ck_assert(st == CLVARLEN_ERROR_INVALID_ARGUMENT || st == CLVARLEN_ERROR_BUFFER_TOO_SMALL);
     free(o);
     free(pool);
     dev_free(&d);

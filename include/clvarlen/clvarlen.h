@@ -670,11 +670,15 @@ CLVARLEN_API void clvarlen_gdn_params_init(clvarlen_gdn_params *params);
  * token-by-token algorithm (CLVARLEN_GDN_CHUNKED with it is
  * CLVARLEN_ERROR_UNSUPPORTED).
  * o [T, HV, V] in params->dtype, at o_stride.
+ * The outputs (o, the state pool, updated in place, and intermediate_states)
+ * must not share a byte with another argument or each other (column slices of
+ * one fused row at one stride do not overlap): CLVARLEN_ERROR_INVALID_ARGUMENT.
  * With T == 0 the call validates its arguments and does nothing; data
  * pointers may then be NULL.
  *
  * Errors: CLVARLEN_ERROR_INVALID_ARGUMENT (NULL, head counts not positive or
  * heads_v not a multiple of heads_qk, strides, unknown layout or algorithm,
+ * overlapping outputs,
  * a sequence longer than cache_steps, cache_slots/cache_steps invalid),
  * CLVARLEN_ERROR_INVALID_CU_SEQLENS, CLVARLEN_ERROR_INDEX_OUT_OF_RANGE (a
  * state or cache index beyond its pool), CLVARLEN_ERROR_UNSUPPORTED (K or V

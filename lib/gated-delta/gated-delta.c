@@ -274,7 +274,53 @@ static clvarlen_status gdn_check_host_arrays(clvarlen_context *ctx, const char *
     return CLVARLEN_SUCCESS;
 }
 
-/* ------------------------------------------------------------------ entry points */
+/* The call's tensors, in the order of gdn_names: the bytes each spans (from
+ * 0; rows exact, so column slices of one fused tensor are told apart). */
+enum { GDN_NARGS = 13 };
+static const char *const gdn_names[GDN_NARGS] = {
+    "A_log", "dt_bias",    "a",     "b",     "q", "k", "v", "cu_seqlens", "state_pool",
+    "state_indices", "intermediate_states", "cache_indices", "o"};
+
+static void gdn_extents(const cv_gdn_problem *p, cv_extent e[GDN_NARGS])
+{
+    const int64_t T = p->total_tokens, H = p->H, HV = p->HV, K = p->K, V = p->V;
+    const uint64_t es = cv_dtype_size(p->dtype), ses = cv_dtype_size(p->state_dtype);
+    const uint64_t slot = (uint64_t)(HV * K * V);
+    e[0] = cv_extent_bytes(0, (uint64_t)HV * 4);
+    e[1] = cv_extent_bytes(0, (uint64_t)HV * cv_dtype_size(p->bias_dtype));
+    e[2] = cv_extent_rows(0, T, (uint64_t)HV * es, (uint64_t)p->a_stride * es);
+    e[3] = cv_extent_rows(0, T, (uint64_t)HV * es, (uint64_t)p->b_stride * es);
+    e[4] = cv_extent_rows(0, T, (uint64_t)(H * K) * es, (uint64_t)p->q_stride * es);
+    e[5] = cv_extent_rows(0, T, (uint64_t)(H * K) * es, (uint64_t)p->k_stride * es);
+    e[6] = cv_extent_rows(0, T, (uint64_t)(HV * V) * es, (uint64_t)p->v_stride * es);
+    e[7] = cv_extent_bytes(0, (uint64_t)(p->n_seqs + 1) * 4);
+    e[8] = cv_extent_rows(0, p->slots, slot * ses, (uint64_t)p->slot_pitch * ses);
+    e[9] = cv_extent_bytes(0, (uint64_t)p->n_seqs * 4);
+    e[10] = cv_extent_bytes(0, (uint64_t)p->cache_slots * (uint64_t)p->cache_steps * slot * ses);
+    e[11] = e[9];
+    e[12] = cv_extent_rows(0, T, (uint64_t)(HV * V) * es, (uint64_t)p->o_stride * es);
+}
+
+/* The outputs (the state pool, updated in place, the intermediate states and o)
+ * share no byte with another argument. */
+static bool gdn_is_output(int i)
+{
+    return i == 8 || i == 10 || i == 12;
+}
+
+static clvarlen_status gdn_check_host_overlap(clvarlen_context *ctx, const char *fn,
+                                              const cv_gdn_problem *p)
+{
+    cv_extent e[GDN_NARGS];
+    gdn_extents(p, e);
+    const void *ptr[GDN_NARGS] = {p->A_log, p->dt_bias, p->a, p->b, p->q, p->k, p->v,
+                                  p->cu_seqlens, p->state_pool, p->state_indices, p->inter,
+                                  p->cache_indices, p->o};
+    cv_region r[GDN_NARGS];
+    for (int i = 0; i < GDN_NARGS; i++)
+        r[i] = cv_host_region(gdn_names[i], ptr[i], e[i], gdn_is_output(i));
+    return cv_check_no_overlap(ctx, fn, r, GDN_NARGS);
+}
 
 /* ------------------------------------------------------------------ entry points */
 
@@ -326,6 +372,8 @@ clvarlen_status clvarlen_gated_delta_rule(clvarlen_context *context,
     }
     if ((st = gdn_check_host_arrays(context, fn, &p)) != CLVARLEN_SUCCESS)
         return st;
+    if ((st = gdn_check_host_overlap(context, fn, &p)) != CLVARLEN_SUCCESS)
+        return st;
     if (p.total_tokens == 0 || p.n_seqs == 0)
         return CLVARLEN_SUCCESS;
 
@@ -340,31 +388,6 @@ clvarlen_status clvarlen_gated_delta_rule(clvarlen_context *context,
 }
 
 #if CLVARLEN_HAVE_OPENCL
-
-/* One cl_mem argument (checked by the runtime's cv_check_mem_arg: present
- * when needed, offset aligned, buffer large enough) and its slot in the
- * launcher's buffers. */
-typedef struct gdn_arg {
-    cv_mem_arg a;
-    cv_gdn_mem *dst;
-} gdn_arg;
-
-/* Checks each buffer given and binds it into its slot of d. */
-static clvarlen_status gdn_bind(clvarlen_context *ctx, const char *fn, const gdn_arg *args,
-                                size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        const gdn_arg *x = &args[i];
-        clvarlen_status st = cv_check_mem_arg(ctx, fn, &x->a);
-        if (st != CLVARLEN_SUCCESS)
-            return st;
-        if (!x->a.mem)
-            continue;
-        x->dst->m = x->a.mem;
-        x->dst->off = x->a.offset;
-    }
-    return CLVARLEN_SUCCESS;
-}
 
 clvarlen_status clvarlen_cl_gated_delta_rule(
     clvarlen_context *context, const clvarlen_gdn_params *params, cl_mem A_log,
@@ -394,42 +417,48 @@ clvarlen_status clvarlen_cl_gated_delta_rule(
     if ((st = gdn_check_params(context, fn, params, &given, &p)) != CLVARLEN_SUCCESS)
         return st;
 
-    const int64_t N = p.n_seqs, T = p.total_tokens, H = p.H, HV = p.HV, K = p.K, V = p.V;
+    const int64_t T = p.total_tokens;
     const size_t es = cv_dtype_size(p.dtype), ses = cv_dtype_size(p.state_dtype);
     const size_t bes = cv_dtype_size(p.bias_dtype);
-    const size_t slot = (size_t)(HV * K * V);
     cv_gdn_bufs d;
     memset(&d, 0, sizeof d);
-    const size_t pool_bytes =
-        p.slots > 0 ? (size_t)((p.slots - 1) * p.slot_pitch + HV * K * V) * ses : 0;
-    const size_t inter_bytes = (size_t)p.cache_slots * (size_t)p.cache_steps * slot * ses;
-#define GDN_ARG(nm, mem_, off_, align_, bytes_, dst_, needed_)                                 \
-    {.a = {.name = nm, .mem = mem_, .offset = off_, .align = align_,                           \
-           .ext = cv_extent_bytes(0, bytes_), .needed = needed_},                              \
-     .dst = dst_}
-    const gdn_arg args[] = {
-        GDN_ARG("A_log", A_log, A_log_offset, 4, (size_t)HV * 4, &d.A_log, T > 0),
-        GDN_ARG("dt_bias", dt_bias, dt_bias_offset, bes, (size_t)HV * bes, &d.dt_bias, T > 0),
-        GDN_ARG("a", a, a_offset, es, cv_span_bytes(p.dtype, HV, T, p.a_stride), &d.a, T > 0),
-        GDN_ARG("b", b, b_offset, es, cv_span_bytes(p.dtype, HV, T, p.b_stride), &d.b, T > 0),
-        GDN_ARG("q", q, q_offset, es, cv_span_bytes(p.dtype, H * K, T, p.q_stride), &d.q, T > 0),
-        GDN_ARG("k", k, k_offset, es, cv_span_bytes(p.dtype, H * K, T, p.k_stride), &d.k, T > 0),
-        GDN_ARG("v", v, v_offset, es, cv_span_bytes(p.dtype, HV * V, T, p.v_stride), &d.v,
-                T > 0),
-        GDN_ARG("cu_seqlens", cu_seqlens, cu_offset, 4, (size_t)(N + 1) * 4, &d.cu, false),
-        GDN_ARG("state_pool", state_pool, state_offset, ses, pool_bytes, &d.pool, false),
-        GDN_ARG("state_indices", state_pool ? state_indices : NULL, state_indices_offset, 4,
-                (size_t)N * 4, &d.sidx, false),
-        GDN_ARG("intermediate_states", intermediate_states, intermediate_offset, ses,
-                inter_bytes, &d.inter, false),
-        GDN_ARG("cache_indices", intermediate_states ? cache_indices : NULL,
-                cache_indices_offset, 4, (size_t)N * 4, &d.cidx, false),
-        GDN_ARG("o", o, o_offset, es, cv_span_bytes(p.dtype, HV * V, T, p.o_stride), &d.o,
-                T > 0),
+    /* In the order of gdn_names: the buffer, offset, alignment, whether it must
+     * be given, and its slot in the launcher's buffers. */
+    const struct {
+        cl_mem mem;
+        size_t off, align;
+        bool needed;
+        cv_gdn_mem *dst;
+    } in[GDN_NARGS] = {
+        {A_log, A_log_offset, 4, T > 0, &d.A_log},
+        {dt_bias, dt_bias_offset, bes, T > 0, &d.dt_bias},
+        {a, a_offset, es, T > 0, &d.a},
+        {b, b_offset, es, T > 0, &d.b},
+        {q, q_offset, es, T > 0, &d.q},
+        {k, k_offset, es, T > 0, &d.k},
+        {v, v_offset, es, T > 0, &d.v},
+        {cu_seqlens, cu_offset, 4, false, &d.cu},
+        {state_pool, state_offset, ses, false, &d.pool},
+        {state_pool ? state_indices : NULL, state_indices_offset, 4, false, &d.sidx},
+        {intermediate_states, intermediate_offset, ses, false, &d.inter},
+        {intermediate_states ? cache_indices : NULL, cache_indices_offset, 4, false, &d.cidx},
+        {o, o_offset, es, T > 0, &d.o},
     };
-#undef GDN_ARG
-    if ((st = gdn_bind(context, fn, args, sizeof args / sizeof args[0])) != CLVARLEN_SUCCESS)
+    cv_extent e[GDN_NARGS];
+    gdn_extents(&p, e);
+    cv_mem_arg args[GDN_NARGS];
+    for (int i = 0; i < GDN_NARGS; i++)
+        args[i] = (cv_mem_arg){.name = gdn_names[i], .mem = in[i].mem, .offset = in[i].off,
+                               .align = in[i].align, .ext = e[i], .needed = in[i].needed,
+                               .output = gdn_is_output(i)};
+    if ((st = cv_check_mem_args(context, fn, args, GDN_NARGS)) != CLVARLEN_SUCCESS)
         return st;
+    for (int i = 0; i < GDN_NARGS; i++) {
+        if (in[i].mem) {
+            in[i].dst->m = in[i].mem;
+            in[i].dst->off = in[i].off;
+        }
+    }
     return cv_gdn_cl_run(context, fn, params, &p, &d, num_events, wait_list, event);
 }
 

@@ -486,10 +486,9 @@ clvarlen_status clvarlen_pack_masked(clvarlen_context *ctx, clvarlen_dtype dtype
                                      int64_t capacity_tokens, void *packed, int32_t *cu_seqlens,
                                      int64_t *src_index, int64_t *total_tokens)
 {
-    if (ctx && !mask && batch > 0 && max_seqlen > 0) {
-        cv_clear_error(ctx);
+    CV_ENTER(ctx); /* the context's lock covers this check too (pack_host enters again) */
+    if (!mask && batch > 0 && max_seqlen > 0)
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: mask is NULL", __func__);
-    }
     static const uint8_t no_rows = 0;
     pack_host_args h = {
         .dtype = dtype,
