@@ -218,6 +218,7 @@ void *fz_alloc(fz_call *c, const char *name, fz_role role, fz_i128 extent)
     fz_reader *r = c->r;
     if (extent < 0)
         extent = 0;
+    fz_bad_size(c, extent > INT64_MAX, "a buffer beyond INT64_MAX bytes");
     if (extent > FZ_CAP_BYTES) {
         /* A valid declaration may be read (and an output may be written, unless the call
          * must fail): too large for the harness, the call is skipped. */
