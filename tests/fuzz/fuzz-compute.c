@@ -184,7 +184,8 @@ static clvarlen_status op_attention_merge(fz_call *c)
         o_parts = fz_buffer(c, "o_parts", FZ_IN, obp, 32);
         o = fz_buffer(c, "o", FZ_OUT, ob, 32);
     }
-    float *lse_parts = fz_buffer(c, "lse_parts", FZ_IN, lb * (n_parts > 0 ? n_parts : 0), 32);
+    fz_i128 lbp = fz_extent((fz_i128)(n_parts > 0 ? n_parts : 0) * heads, tokens, 0, 4);
+    float *lse_parts = fz_buffer(c, "lse_parts", FZ_IN, lbp, 32);
     float *lse = fz_buffer(c, "lse", FZ_OUT, lb, 4);
     if (c->skip)
         return FZ_NOT_CALLED;

@@ -117,7 +117,7 @@ static void allow_states(fz_call *c, const clvarlen_gdn_params *p, const int32_t
     int64_t es = (int64_t)clvarlen_dtype_size(p->state_dtype);
     int64_t state = state_elems(p->heads_v, p->key_dim, p->value_dim);
     int64_t pitch = p->state_slot_pitch ? p->state_slot_pitch : state;
-    if (es == 0 || state <= 0 || state > FZ_CAP_BYTES || pitch > FZ_CAP_BYTES)
+    if (es == 0 || state <= 0)
         return;
     for (int64_t s = 0; s < p->n_seqs && s < FZ_CAP_BYTES; s++) {
         int64_t start, len;

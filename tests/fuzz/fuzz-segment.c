@@ -119,6 +119,7 @@ static clvarlen_status pack_common(fz_call *c, int masked)
                           masked ? prows : (fz_i128)batch * 4, 32);
     /* capacity only bounds the output: the harness allocates what can be written. */
     fz_i128 cap_rows = capacity < prows ? capacity : prows;
+    cap_rows = cap_rows > 0 ? cap_rows : 0;
     void *packed = fz_rows(c, "packed", FZ_OUT, dt, row, cap_rows, 0, 32);
     int32_t *cu = fz_buffer(c, "cu_seqlens", FZ_OUT, batch >= 0 ? ((fz_i128)batch + 1) * 4 : 0,
                             32);
