@@ -79,6 +79,11 @@ clvarlen_status seg_check_indices(clvarlen_context *ctx, const char *fn, const c
                                   const int32_t *i32, const int64_t *i64, int64_t n, int64_t limit,
                                   bool allow_skip, bool *distinct, bool dup_is_error)
 {
+    /* the index array itself must be a size: n entries of 4 or 8 bytes within int64 */
+    if (n < 0 || (uint64_t)n > (uint64_t)INT64_MAX / (i64 ? 8u : 4u))
+        return cv_error(ctx, CLVARLEN_ERROR_OVERFLOW,
+                        "%s: %s of %lld entries spans more than INT64_MAX bytes", fn, what,
+                        (long long)n);
     for (int64_t m = 0; m < n; m++) {
         int64_t v = i64 ? i64[m] : i32[m];
         if (allow_skip && v == -1)
