@@ -175,14 +175,17 @@ static clvarlen_status op_attention_merge(fz_call *c)
     fz_i128 lb = (fz_i128)heads * tokens * 4;
     fz_bad_size(c, ob > INT64_MAX || obp > INT64_MAX, "beyond INT64_MAX bytes");
     uint8_t alias = fz_u8(r);
-    void *o_parts, *o;
+    void *o_parts, *o, *o_home; /* o_home: the harness buffer holding o, at o_off */
+    int64_t o_off = 0;
     if (alias >= 240 && ob > 0 && obp <= FZ_CAP_BYTES && n_parts > 0) {
         int64_t shift = (int64_t)(es * (alias % 3) * (size_t)(ob / es / 2));
-        fz_must_fail(c, 1, "o overlaps o_parts");
-        o_parts = overlapping(c, "o_parts+o", obp, ob, shift, &o);
+        /* one part with the shift at its end: o just past o_parts, not over it */
+        fz_must_fail(c, shift < obp, "o overlaps o_parts");
+        o_parts = o_home = overlapping(c, "o_parts+o", obp, ob, shift, &o);
+        o_off = shift;
     } else {
         o_parts = fz_buffer(c, "o_parts", FZ_IN, obp, 32);
-        o = fz_buffer(c, "o", FZ_OUT, ob, 32);
+        o = o_home = fz_buffer(c, "o", FZ_OUT, ob, 32);
     }
     fz_i128 lbp = fz_extent((fz_i128)(n_parts > 0 ? n_parts : 0) * heads, tokens, 0, 4);
     float *lse_parts = fz_buffer(c, "lse_parts", FZ_IN, lbp, 32);
@@ -199,7 +202,7 @@ static clvarlen_status op_attention_merge(fz_call *c)
     fz_before_call(c, 1);
     clvarlen_status st = clvarlen_attention_merge(c->ctx, dt, n_parts, tokens, heads, dv,
                                                   o_parts, lse_parts, o, lse);
-    fz_allow(c, o, 0, ob);
+    fz_allow(c, o_home, o_off, ob);
     fz_allow(c, lse, 0, lb);
     return DONE(c, st);
 }
@@ -216,7 +219,8 @@ static clvarlen_status op_attention_merge2(fz_call *c)
     fz_i128 ob = fz_extent(tokens, (int64_t)heads * dv, 0, es), lb = (fz_i128)heads * tokens * 4;
     fz_bad_size(c, ob > INT64_MAX, "beyond INT64_MAX bytes");
     uint8_t alias = fz_u8(r);
-    void *o_a, *o_b, *o;
+    void *o_a, *o_b, *o, *o_home; /* o_home: the harness buffer holding o, at o_off */
+    int64_t o_off = 0;
     float *lse_a = fz_buffer(c, "lse_a", alias % 8 == 1 ? FZ_INOUT : FZ_IN, lb, 32);
     float *lse_b = fz_buffer(c, "lse_b", FZ_IN, lb, 32);
     float *lse = alias % 8 == 1 ? lse_a : fz_buffer(c, "lse", FZ_OUT, lb, 4);
@@ -224,15 +228,16 @@ static clvarlen_status op_attention_merge2(fz_call *c)
         /* Partial overlap of o with o_b: must be refused. */
         o_a = fz_buffer(c, "o_a", FZ_IN, ob, 32);
         int64_t shift = (int64_t)(es * (1 + alias % 3));
-        fz_must_fail(c, 1, "o partly overlaps o_b");
-        o_b = overlapping(c, "o_b+o", ob, ob, shift, &o);
+        fz_must_fail(c, shift < ob, "o partly overlaps o_b"); /* else o just past o_b */
+        o_b = o_home = overlapping(c, "o_b+o", ob, ob, shift, &o);
+        o_off = shift;
     } else if (alias % 4 == 2) { /* in place: o is o_a */
-        o_a = o = fz_buffer(c, "o_a=o", FZ_INOUT, ob, 32);
+        o_a = o = o_home = fz_buffer(c, "o_a=o", FZ_INOUT, ob, 32);
         o_b = fz_buffer(c, "o_b", FZ_IN, ob, 32);
     } else {
         o_a = fz_buffer(c, "o_a", FZ_IN, ob, 32);
         o_b = fz_buffer(c, "o_b", FZ_IN, ob, 32);
-        o = fz_buffer(c, "o", FZ_OUT, ob, 32);
+        o = o_home = fz_buffer(c, "o", FZ_OUT, ob, 32);
     }
     if (c->skip)
         return FZ_NOT_CALLED;
@@ -250,7 +255,7 @@ static clvarlen_status op_attention_merge2(fz_call *c)
     fz_before_call(c, 1);
     clvarlen_status st =
         clvarlen_attention_merge2(c->ctx, dt, tokens, heads, dv, o_a, lse_a, o_b, lse_b, o, lse);
-    fz_allow(c, o, 0, ob);
+    fz_allow(c, o_home, o_off, ob);
     fz_allow(c, lse, 0, lb);
     return DONE(c, st);
 }
