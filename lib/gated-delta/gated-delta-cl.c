@@ -99,6 +99,9 @@ static void gdn_resolve_tiles(const clvarlen_context *ctx, int K, int V, gdn_til
     t->cvt = 0;
     if (cwg <= maxwg) {
         cvt = CV_MIN(CV_MIN((int)cv_pow2_floor(CV_MAX(cvt, 1)), (int)cv_pow2_ceil(V)), cwg);
+        /* tiles of 16 x CVT (the block solve) cover the work-group, masked past V: with
+         * fewer elements than work-items PoCL (3.1) got K 128, V 2 wrong (rel. 0.16) */
+        cvt = CV_MAX(cvt, cwg / GDN_CHUNK_BLOCK);
         uint64_t local = ctx->device.local_mem_bytes ? ctx->device.local_mem_bytes : 32768;
         while (cvt >= 1 && gdn_chunk_local_bytes(K, cvt, t->ks) > local)
             cvt /= 2;
