@@ -107,6 +107,15 @@ inline long gdn_slot(__global const uchar *idx, ulong off, int has_idx, long n, 
     return (s >= 0 && s < limit) ? s : -1;
 }
 
+/* Ends both kernels, after the state write-back. PoCL (3.1) replicates the code
+ * between the last barrier and the kernel's end per path, so a branch on the
+ * local id right before the end (the write-back's bounds, e.g. e < K * CVT
+ * with fewer elements than work-items) becomes a choice between two exit
+ * barriers, which it takes from work-item 0 for the whole group (llvm.assume
+ * in the peeled region): work-items past the tile wrote past the state pool,
+ * i.e. past a host heap block. Every work-item reaches this barrier. */
+#define GDN_END_BARRIER() barrier(CLK_GLOBAL_MEM_FENCE)
+
 inline float gdn_softplus(float x, float beta, float threshold)
 {
     float bx = beta * x;
@@ -368,6 +377,7 @@ __kernel __attribute__((reqd_work_group_size(CV_WG, 1, 1))) void gdn_recurrent(G
                              slot * slot_pitch + head_off + gdn_state_at(skv, kk, vv), st[i][j]);
             }
     }
+    GDN_END_BARRIER();
 }
 
 #else /* CV_GDN_CHUNKED */
@@ -629,6 +639,7 @@ __kernel __attribute__((reqd_work_group_size(CV_CWG, 1, 1))) void gdn_chunked(GD
                          S_l[kk * CV_CVT + vv]);
         }
     }
+    GDN_END_BARRIER();
 }
 
 #endif /* CV_GDN_CHUNKED */

@@ -641,6 +641,40 @@ void gdn_t_large_heads(clvarlen_context *ctx, clvarlen_gdn_algorithm alg)
     }
 }
 
+/* Issue 22: key_dim and value_dim 1..5 and 128. Each K in {1..5, 128} meets
+ * some V and each V some K, plus crosses with K != V; the chunked kernel's tile
+ * (K x CVT) is then narrower than its work-group, and the token kernel's V tile
+ * narrower than 4 columns (PoCL's compiler aborted on it). Lengths cross 64. */
+void gdn_t_small_heads(clvarlen_context *ctx, clvarlen_gdn_algorithm alg)
+{
+    static const int32_t dims[][2] = {{1, 1}, {2, 2}, {3, 3}, {4, 4}, {5, 5},
+                                      {128, 2}, {2, 128}, {1, 5}, {5, 1}};
+    static const int32_t lengths[5] = {0, 1, 63, 64, 65};
+    static const int32_t idx[5] = {0, 3, -1, 1, 2};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        gdn_case_cfg cfg = gdn_cfg_default();
+        cfg.seed = 71 + (uint64_t)i;
+        cfg.H = 1;
+        cfg.HV = 2;
+        cfg.K = dims[i][0];
+        cfg.V = dims[i][1];
+        cfg.n = 5;
+        cfg.lengths = lengths;
+        cfg.use_pool = 1;
+        cfg.slots = 4;
+        cfg.indices = idx;
+        cfg.l2norm = (int)(i % 2 == 0);
+        cfg.layout = i % 3 == 1 ? CLVARLEN_STATE_KV : CLVARLEN_STATE_VK;
+        cfg.algorithm = alg;
+        gdn_case c;
+        gdn_case_make(&c, &cfg);
+        char label[64];
+        snprintf(label, sizeof label, "K %d V %d", (int)cfg.K, (int)cfg.V);
+        gdn_run_and_check(ctx, &c, label);
+        gdn_case_free(&c);
+    }
+}
+
 /* One invalid call: the expected status, and nothing written. */
 static void expect_error(clvarlen_context *ctx, gdn_case *c, const clvarlen_gdn_params *p,
                          const void *q, clvarlen_status want, const char *label)

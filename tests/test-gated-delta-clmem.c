@@ -8,10 +8,13 @@
 #include "test-gated-delta.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <clvarlen/clvarlen-cl.h>
+
+#include "kit-cl.h"
 
 #define ALG(i) ((i) ? CLVARLEN_GDN_CHUNKED : CLVARLEN_GDN_RECURRENT)
 
@@ -281,6 +284,45 @@ START_TEST(cl_mem_matches_host)
 }
 END_TEST
 
+/* Issue 22: heads narrower than a work-group's tile. The pool is a guarded
+ * device buffer ending at the last slot's last state, so a write past a tile
+ * (on PoCL the chunked kernel's write-back wrote past the pool: host heap)
+ * breaks the guard; the states must equal the host path's, bitwise. */
+START_TEST(narrow_heads_pool_guard)
+{
+    static const int32_t dims[][2] = {{2, 16}, {4, 8}, {1, 1}, {3, 2}};
+    int32_t lengths[5], idx[5];
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        gdn_case_cfg cfg = cl_mem_cfg(lengths, idx, ALG(_i));
+        cfg.seed = 111 + (uint64_t)i;
+        cfg.H = 1;
+        cfg.HV = 2;
+        cfg.K = dims[i][0];
+        cfg.V = dims[i][1];
+        gdn_case c;
+        gdn_case_make(&c, &cfg);
+        char label[64];
+        snprintf(label, sizeof label, "K %d V %d", (int)cfg.K, (int)cfg.V);
+        gdn_run_and_check(gdn_ctx, &c, label);
+
+        dev_case d;
+        dev_make(&d, gdn_ctx, &c, 0);
+        tu_clbuf pool = tu_clbuf_make(gdn_ctx, c.pool_bytes, 0, c.pool_init);
+        clReleaseMemObject(d.buf[D_POOL]);
+        d.buf[D_POOL] = pool.mem;
+        clvarlen_status st = dev_run(gdn_ctx, &d, &c, NULL);
+        ck_assert_msg(st == CLVARLEN_SUCCESS, "%s: %s", label, clvarlen_last_error(gdn_ctx));
+        const unsigned char *states = tu_clbuf_fetch(gdn_ctx, &pool, label);
+        ck_assert_msg(memcmp(states, c.pool + GDN_GUARD, c.pool_bytes) == 0,
+                      "%s: cl_mem states differ from host path", label);
+        d.buf[D_POOL] = NULL;
+        tu_clbuf_free(&pool);
+        dev_free(&d);
+        gdn_case_free(&c);
+    }
+}
+END_TEST
+
 /* With device checks on, a device-resident index past the pool or a broken
  * cu_seqlens returns the error and writes nothing. */
 START_TEST(cl_mem_device_checks)
@@ -339,4 +381,5 @@ void gdn_add_cl_cases(TCase *oracle, TCase *api)
     tcase_add_test(oracle, chunked_wide_group);
     tcase_add_loop_test(api, cl_mem_matches_host, 0, 2);
     tcase_add_loop_test(api, cl_mem_device_checks, 0, 2);
+    tcase_add_loop_test(oracle, narrow_heads_pool_guard, 0, 2);
 }

@@ -87,6 +87,15 @@ START_TEST(target_verify)
 }
 END_TEST
 
+/* Every algorithm on every backend (on the CPU fallback the algorithm is a hint). */
+START_TEST(small_heads)
+{
+    static const clvarlen_gdn_algorithm algs[3] = {CLVARLEN_GDN_RECURRENT, CLVARLEN_GDN_CHUNKED,
+                                                   CLVARLEN_GDN_AUTO};
+    gdn_t_small_heads(gdn_ctx, algs[_i]);
+}
+END_TEST
+
 START_TEST(large_heads)
 {
     gdn_t_large_heads(gdn_ctx, ALG(_i));
@@ -168,6 +177,7 @@ int main(void)
     tcase_add_loop_test(oracle, strided_bitwise, 0, GDN_ALGS);
     tcase_add_test(oracle, target_verify);
     tcase_add_loop_test(oracle, large_heads, 0, GDN_ALGS);
+    tcase_add_loop_test(oracle, small_heads, 0, 3);
     suite_add_tcase(s, oracle);
 
     TCase *api = tcase_create("api");

@@ -111,6 +111,8 @@ void gdn_t_strided_bitwise(clvarlen_context *ctx, clvarlen_gdn_algorithm alg);
 void gdn_t_target_verify(clvarlen_context *ctx);
 /** K = V = 128-class shapes (HV/H = 2 and 4) with lengths crossing 64, VK and KV pools. */
 void gdn_t_large_heads(clvarlen_context *ctx, clvarlen_gdn_algorithm alg);
+/** key_dim and value_dim 1..5 and 128 (issue 22), varlen lengths 0, 1, 63, 64, 65. */
+void gdn_t_small_heads(clvarlen_context *ctx, clvarlen_gdn_algorithm alg);
 /** Every invalid argument gives its status and leaves the outputs untouched. */
 void gdn_t_errors(clvarlen_context *ctx);
 /** Empty batches and all-empty sequences: success, nothing written. */

@@ -11,6 +11,8 @@
 
 #if CLVARLEN_HAVE_OPENCL
 
+enum { GDN_MIN_VT = 4 }; /* the token kernel's narrowest V tile (gdn_resolve_tiles) */
+
 typedef struct gdn_tiles {
     int wg, vt, tk;    /* token kernel */
     int cwg, cvt, ks;  /* chunked kernel; cvt == 0: not available on this device */
@@ -77,7 +79,11 @@ static void gdn_resolve_tiles(const clvarlen_context *ctx, int K, int V, gdn_til
 
     tk = (int)cv_pow2_floor(CV_MAX(1, CV_MIN(tk, maxwg)));
     tk = CV_MIN(tk, (int)cv_pow2_ceil(K));
+    /* at least GDN_MIN_VT columns, masked past V: PoCL (3.1) aborts the process in its
+     * kernel compiler (ParallelRegion.cc, "exit != NULL") on the token kernel with one
+     * column per work-item in groups of 1 or 2 (V <= 2 on CPU devices) */
     vt = CV_MIN((int)cv_pow2_floor(CV_MAX(vt, 1)), (int)cv_pow2_ceil(V));
+    vt = CV_MAX(vt, GDN_MIN_VT);
     wg = (int)cv_pow2_floor(CV_MAX(1, CV_MIN(wg, maxwg)));
     if (wg < tk)
         wg = tk;
@@ -99,6 +105,9 @@ static void gdn_resolve_tiles(const clvarlen_context *ctx, int K, int V, gdn_til
     t->cvt = 0;
     if (cwg <= maxwg) {
         cvt = CV_MIN(CV_MIN((int)cv_pow2_floor(CV_MAX(cvt, 1)), (int)cv_pow2_ceil(V)), cwg);
+        /* tiles of 16 x CVT (the block solve) cover the work-group, masked past V: with
+         * fewer elements than work-items PoCL (3.1) got K 128, V 2 wrong (rel. 0.16) */
+        cvt = CV_MAX(cvt, cwg / GDN_CHUNK_BLOCK);
         uint64_t local = ctx->device.local_mem_bytes ? ctx->device.local_mem_bytes : 32768;
         while (cvt >= 1 && gdn_chunk_local_bytes(K, cvt, t->ks) > local)
             cvt /= 2;
