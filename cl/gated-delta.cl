@@ -14,21 +14,11 @@
  * Without CV_GDN_CHUNKED the program holds the token kernel (CV_WG
  * work-items, CV_VT columns, CV_TK work-items per column) and the index
  * check; with it, the chunked kernel (CV_CWG work-items: 64, 128 or 256,
- * CV_CVT columns, CV_KS key columns staged at a time).
+ * CV_CVT columns, CV_KS key columns staged at a time). The helpers and the
+ * argument list both share with cl/gated-delta-mma.cl are in the family
+ * prelude, cl/gated.clh.
  */
 
-#ifndef CV_K
-#define CV_K 128
-#endif
-#ifndef CV_V
-#define CV_V 128
-#endif
-#ifndef CV_DT
-#define CV_DT CV_DT_F32
-#endif
-#ifndef CV_ST_DT
-#define CV_ST_DT CV_DT_F32
-#endif
 #ifndef CV_WG
 #define CV_WG 128
 #endif
@@ -47,80 +37,6 @@
 #ifndef CV_KS
 #define CV_KS 16
 #endif
-
-/* flags: GDN_* in cv-shared.h */
-
-#define LOAD_ACT(p, i) cv_load_f((p), (i), CV_DT)
-#define LOAD_ST(p, i) cv_load_f((p), (i), CV_ST_DT)
-#define STORE_ST(p, i, x) cv_store_f((p), (i), (x), CV_ST_DT)
-
-/* Element offset of (k, v) within one head's state. */
-inline long gdn_state_at(int kv, int k, int v)
-{
-    return kv ? (long)k * CV_V + v : (long)v * CV_K + k;
-}
-
-inline float gdn_bias(__global const uchar *dt_bias, ulong off, int h, int flags)
-{
-    const int dt = (flags & GDN_BIAS_F16) ? CV_DT_F16 : (flags & GDN_BIAS_BF16) ? CV_DT_BF16 : CV_DT_F32;
-    return cv_load_f(dt_bias + off, h, dt);
-}
-
-/* The arguments shared by both kernels (one list, so the host sets them once). */
-#define GDN_ARGS                                                                              \
-    __global const uchar *A_log, ulong A_log_off, __global const uchar *dt_bias,              \
-        ulong dt_bias_off, __global const uchar *a, ulong a_off, long a_stride,               \
-        __global const uchar *b, ulong b_off, long b_stride, __global const uchar *q,         \
-        ulong q_off, long q_stride, __global const uchar *k, ulong k_off, long k_stride,      \
-        __global const uchar *v, ulong v_off, long v_stride, __global const uchar *cu,        \
-        ulong cu_off, long fixed_len, __global uchar *pool, ulong pool_off, long slots,       \
-        long slot_pitch, __global const uchar *sidx, ulong sidx_off, __global uchar *inter,   \
-        ulong inter_off, long cache_slots, int cache_steps, __global const uchar *cidx,       \
-        ulong cidx_off, __global uchar *o, ulong o_off, long o_stride, long n_seqs,           \
-        long total, int HV, int group, float scale, float sp_beta, float sp_threshold,        \
-        int flags, long chunk_min, __global const int *check
-
-/* Sequence n's tokens [*bos, *eos), clamped into [0, total] so that a corrupt
- * device cu_seqlens can never address memory outside the tensors. */
-inline void gdn_bounds(__global const uchar *cu, ulong cu_off, long fixed_len, long total,
-                       int flags, long n, long *bos, long *eos)
-{
-    long s, e;
-    if (flags & GDN_HAS_CU) {
-        __global const int *c = CV_CPTR(int, cu, cu_off);
-        s = c[n];
-        e = c[n + 1];
-    } else {
-        s = n * fixed_len;
-        e = s + fixed_len;
-    }
-    s = clamp(s, 0L, total);
-    e = clamp(e, s, total);
-    *bos = s;
-    *eos = e;
-}
-
-/* A slot index from an optional index array; out of range reads as negative. */
-inline long gdn_slot(__global const uchar *idx, ulong off, int has_idx, long n, long limit)
-{
-    long s = has_idx ? (long)CV_CPTR(int, idx, off)[n] : n;
-    return (s >= 0 && s < limit) ? s : -1;
-}
-
-/* Ends both kernels, after the state write-back. PoCL (3.1) replicates the code
- * between the last barrier and the kernel's end per path, so a branch on the
- * local id right before the end (the write-back's bounds, e.g. e < K * CVT
- * with fewer elements than work-items) becomes a choice between two exit
- * barriers, which it takes from work-item 0 for the whole group (llvm.assume
- * in the peeled region): work-items past the tile wrote past the state pool,
- * i.e. past a host heap block. Every work-item reaches this barrier. */
-#define GDN_END_BARRIER() barrier(CLK_GLOBAL_MEM_FENCE)
-
-inline float gdn_softplus(float x, float beta, float threshold)
-{
-    float bx = beta * x;
-    return bx <= threshold ? log1p(exp(bx)) / beta : x;
-}
 
 #ifndef CV_GDN_CHUNKED
 

@@ -85,6 +85,49 @@ START_TEST(chunked_wide_group)
 }
 END_TEST
 
+/* The tensor-core chunked kernel (cl/gated-delta-mma.cl), forced: emulated
+ * on PoCL, natively on NVIDIA. Against the oracle over lengths around the
+ * chunk (0, 1, 63, 64, 65, 200), initial states from the pool, negative
+ * slots, HV > H, both layouts, bf16 and f16, V tiles cut short (V = 40 with
+ * 32- and 16-column tiles), K = 16 and 32, with and without the L2 norm. */
+START_TEST(mma_chunked)
+{
+    static const char *const tuning[4] = {"mma=1", "mma=1,mvt=16", "mma=1", "mma=1,mvt=64"};
+    setenv("CLVARLEN_GDN_TUNING", tuning[_i], 1);
+    static const int32_t lengths[7] = {200, 64, 65, 1, 0, 63, 130};
+    static const int32_t idx[7] = {5, 0, -1, 2, 3, 1, -1};
+    gdn_case_cfg cfg = gdn_cfg_default();
+    cfg.seed = 101 + (uint64_t)_i;
+    cfg.H = 2;
+    cfg.HV = 4;
+    cfg.K = _i & 1 ? 32 : 16;
+    cfg.V = _i & 1 ? 40 : 24;
+    cfg.n = 7;
+    cfg.lengths = lengths;
+    cfg.use_pool = 1;
+    cfg.slots = 7;
+    cfg.indices = idx;
+    cfg.l2norm = _i != 3;
+    cfg.dtype = _i & 2 ? CLVARLEN_DTYPE_F16 : CLVARLEN_DTYPE_BF16;
+    cfg.layout = _i & 1 ? CLVARLEN_STATE_KV : CLVARLEN_STATE_VK;
+    cfg.disable_update = _i == 2;
+    cfg.algorithm = CLVARLEN_GDN_CHUNKED;
+    gdn_case c;
+    gdn_case_make(&c, &cfg);
+    gdn_run_and_check(gdn_ctx, &c, tuning[_i]);
+    gdn_case_free(&c);
+}
+END_TEST
+
+/* The tensor-core chunked kernel at K = V = 128 (bf16, HV/H 2; the f32 case
+ * of the same test runs the portable chunked kernel). */
+START_TEST(mma_large_heads)
+{
+    setenv("CLVARLEN_GDN_TUNING", "mma=1", 1);
+    gdn_t_large_heads(gdn_ctx, CLVARLEN_GDN_CHUNKED);
+}
+END_TEST
+
 /* AUTO chooses per sequence: a batch with a long sequence (past the
  * threshold) and short ones runs both kernels, and each sequence's result
  * equals running it alone. */
@@ -379,6 +422,8 @@ void gdn_add_cl_cases(TCase *oracle, TCase *api)
     tcase_add_loop_test(oracle, chunked_vs_recurrent, 0, 3);
     tcase_add_test(oracle, auto_per_sequence);
     tcase_add_test(oracle, chunked_wide_group);
+    tcase_add_loop_test(oracle, mma_chunked, 0, 4);
+    tcase_add_test(oracle, mma_large_heads);
     tcase_add_loop_test(api, cl_mem_matches_host, 0, 2);
     tcase_add_loop_test(api, cl_mem_device_checks, 0, 2);
     tcase_add_loop_test(oracle, narrow_heads_pool_guard, 0, 2);

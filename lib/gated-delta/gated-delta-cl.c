@@ -16,8 +16,29 @@ enum { GDN_MIN_VT = 4 }; /* the token kernel's narrowest V tile (gdn_resolve_til
 typedef struct gdn_tiles {
     int wg, vt, tk;    /* token kernel */
     int cwg, cvt, ks;  /* chunked kernel; cvt == 0: not available on this device */
+    int mma, mvt;      /* chunked: the tensor-core kernel (gated-delta-mma.cl), its V tile */
+    int ptx;           /* ... with inline PTX (else its emulated form) */
+    int split;         /* ... computed operands as rounded part + remainder (0: rounded) */
     int64_t chunk_min; /* AUTO: sequences at least this long run chunked */
 } gdn_tiles;
+
+/* AUTO on a device with the tensor-core chunked kernel: sequences at least
+ * this long run chunked, unless the device table or the tuning says otherwise.
+ * H100 (H 16, HV 32, K = V = 128, bf16): 64 sequences / 8192 tokens (longest
+ * 243) took 2.5 ms chunked against 6.2 ms token by token; 16 / 16384 3.8 ms
+ * against 12.9 ms. Shorter than a chunk was not measured. */
+#define GDN_MMA_CHUNK_MIN 64
+
+/* Local memory of gdn_chunked_mma, as declared there: the k rows / A union,
+ * the state and D tiles, six per-token arrays and, emulated, the lanes'
+ * scratch. */
+static size_t gdn_mma_local_bytes(int K, int mvt, int ptx)
+{
+    size_t x = (size_t)GDN_CHUNK * (K + 8) / 2, a = (size_t)GDN_CHUNK * (GDN_CHUNK + 1);
+    size_t words = (x > a ? x : a) + (size_t)K * (mvt + 4) + (size_t)GDN_CHUNK * (mvt + 4) +
+                   6 * GDN_CHUNK + (ptx ? 0 : 128 * 6);
+    return words * 4;
+}
 
 /* Local memory of gdn_chunked, as declared there: the state, B and R tiles,
  * the slab/A union, the diagonal-block inverses and five per-token arrays. */
@@ -30,8 +51,12 @@ static size_t gdn_chunk_local_bytes(int K, int cvt, int ks)
 }
 
 /* A developer knob for tuning sweeps (clvarlen-test bench): CLVARLEN_GDN_TUNING=
- * "wg=128,vt=16,tk=8,cwg=256,cvt=16,min=128" overrides the device table. */
-static void gdn_tuning_override(int *wg, int *vt, int *tk, int *cwg, int *cvt, int64_t *cmin)
+ * "wg=128,vt=16,tk=8,cwg=256,cvt=16,min=128" overrides the device table; "mma=1"
+ * forces the tensor-core chunked kernel (emulated where there is no inline PTX,
+ * how tests run it on PoCL), "mma=0" keeps the portable one, "mvt=N" its V tile,
+ * "split=0" rounds its computed operands once (faster, less accurate). */
+static void gdn_tuning_override(int *wg, int *vt, int *tk, int *cwg, int *cvt, int64_t *cmin,
+                                int *mma, int *mvt, int *split)
 {
     const char *env = getenv("CLVARLEN_GDN_TUNING");
     if (!env)
@@ -52,14 +77,39 @@ static void gdn_tuning_override(int *wg, int *vt, int *tk, int *cwg, int *cvt, i
             *cvt = (int)val;
         else if (!strcmp(key, "min"))
             *cmin = val;
+        else if (!strcmp(key, "mma"))
+            *mma = (int)val;
+        else if (!strcmp(key, "mvt"))
+            *mvt = (int)val;
+        else if (!strcmp(key, "split"))
+            *split = val != 0;
         env += used;
         if (*env == ',')
             env++;
     }
 }
 
-static void gdn_resolve_tiles(const clvarlen_context *ctx, int K, int V, gdn_tiles *t)
+/* The tensor-core chunked kernel: bf16/f16 operands, K a multiple of 16 up to
+ * 128, and its local memory within the device's. force: -1 auto, 0 off, 1 on
+ * (emulated where there is no inline PTX). */
+static void gdn_resolve_mma(const clvarlen_context *ctx, const cv_gdn_problem *p, int force,
+                            int mvt, gdn_tiles *t)
 {
+    const bool nv = ctx->device.vendor == CLVARLEN_VENDOR_NVIDIA &&
+                    ctx->device.cc_major >= 8 && ctx->tuning.nvidia_mma &&
+                    !ctx->gdn_mma_refused;
+    t->ptx = nv;
+    t->mvt = CV_MIN(CV_MAX((int)cv_pow2_floor(CV_MAX(mvt, 8)), 8), 64);
+    const uint64_t local = ctx->device.local_mem_bytes ? ctx->device.local_mem_bytes : 32768;
+    const bool fits = (p->dtype == CLVARLEN_DTYPE_BF16 || p->dtype == CLVARLEN_DTYPE_F16) &&
+                      p->K % 16 == 0 && p->K <= 128 &&
+                      gdn_mma_local_bytes((int)p->K, t->mvt, t->ptx) <= local;
+    t->mma = fits && (force == 1 || (force < 0 && nv));
+}
+
+static void gdn_resolve_tiles(const clvarlen_context *ctx, const cv_gdn_problem *p, gdn_tiles *t)
+{
+    const int K = (int)p->K, V = (int)p->V;
     const cv_tuning *tu = &ctx->tuning;
     const bool cpu = ctx->device.vendor == CLVARLEN_VENDOR_CPU;
     int64_t maxwg = ctx->device.max_work_group_size ? (int64_t)ctx->device.max_work_group_size
@@ -75,7 +125,12 @@ static void gdn_resolve_tiles(const clvarlen_context *ctx, int K, int V, gdn_til
      * kernel wherever it was measured (H100: 19.9 vs 13.9 ms on 16 x 1k-token
      * prefill; PoCL: 2.3x), so no device enables it yet. */
     int64_t cmin = tu->gdn_chunk_min ? (int64_t)tu->gdn_chunk_min : 0;
-    gdn_tuning_override(&wg, &vt, &tk, &cwg, &cvt, &cmin);
+    int mma = -1, mvt = 32, split = 1;
+    gdn_tuning_override(&wg, &vt, &tk, &cwg, &cvt, &cmin, &mma, &mvt, &split);
+    t->split = split;
+    gdn_resolve_mma(ctx, p, mma, mvt, t);
+    if (t->mma && cmin == 0)
+        cmin = GDN_MMA_CHUNK_MIN;
 
     tk = (int)cv_pow2_floor(CV_MAX(1, CV_MIN(tk, maxwg)));
     tk = CV_MIN(tk, (int)cv_pow2_ceil(K));
@@ -122,6 +177,15 @@ static clvarlen_status gdn_kernel(clvarlen_context *ctx, const cv_gdn_problem *p
                                   const gdn_tiles *t, const char *name, cl_kernel *kernel)
 {
     char opts[256];
+    if (strcmp(name, "gdn_chunked_mma") == 0) {
+        const int dt = cv_dtype_kernel_code(p->dtype);
+        snprintf(opts, sizeof opts,
+                 "-DCV_K=%d -DCV_V=%d -DCV_DT=%d -DCV_DTYPE=%d -DCV_ST_DT=%d -DCV_MVT=%d "
+                 "-DCV_MMA_SPLIT=%d%s",
+                 (int)p->K, (int)p->V, dt, dt, cv_dtype_kernel_code(p->state_dtype), t->mvt,
+                 t->split, t->ptx ? " -DCV_NV_PTX=1" : "");
+        return cv_get_kernel(ctx, "gated-delta-mma.cl", opts, name, kernel);
+    }
     if (strcmp(name, "gdn_chunked") == 0)
         snprintf(opts, sizeof opts,
                  "-DCV_GDN_CHUNKED=1 -DCV_K=%d -DCV_V=%d -DCV_DT=%d -DCV_ST_DT=%d -DCV_CWG=%d "
@@ -135,7 +199,7 @@ static clvarlen_status gdn_kernel(clvarlen_context *ctx, const cv_gdn_problem *p
                  cv_dtype_kernel_code(p->state_dtype), t->wg, t->vt, t->tk);
     /* NVIDIA: warp-shuffle reductions (inline PTX) in whole warps; should the
      * driver refuse them, the portable program serves this context from then on */
-    const bool shfl = strcmp(name, "gdn_chunked") != 0 &&
+    const bool shfl = strncmp(name, "gdn_chunked", 11) != 0 &&
                       ctx->device.vendor == CLVARLEN_VENDOR_NVIDIA && !ctx->gdn_shfl_refused &&
                       t->wg % 32 == 0 && t->tk >= 2 && t->tk <= 32;
     if (shfl) {
@@ -282,6 +346,7 @@ static clvarlen_status gdn_enqueue(cv_chain *c, const cv_gdn_problem *p, const c
                                    const gdn_tiles *t, const gdn_plan *plan)
 {
     clvarlen_status st;
+    gdn_tiles fallback;
     const int flags = gdn_flags(d, p, c->flag);
     if (c->flag && (st = gdn_enqueue_checks(c, p, d, t, flags)) != CLVARLEN_SUCCESS)
         return st;
@@ -290,17 +355,29 @@ static clvarlen_status gdn_enqueue(cv_chain *c, const cv_gdn_problem *p, const c
         const int chunked = pass == 1;
         if (chunked ? !plan->chunked : !plan->recurrent)
             continue;
-        const char *name = chunked ? "gdn_chunked" : "gdn_recurrent";
+        const char *name = chunked ? (t->mma ? "gdn_chunked_mma" : "gdn_chunked") : "gdn_recurrent";
         cl_kernel kernel;
-        if ((st = gdn_kernel(c->ctx, p, t, name, &kernel)) != CLVARLEN_SUCCESS)
+        st = gdn_kernel(c->ctx, p, t, name, &kernel);
+        if (st == CLVARLEN_ERROR_KERNEL_BUILD && chunked && t->mma && t->ptx && t->cvt) {
+            /* the driver refused the inline PTX: the portable kernel from now on */
+            c->ctx->gdn_mma_refused = 1;
+            cv_log(c->ctx, CLVARLEN_LOG_INFO, "gated delta: tensor-core kernel refused");
+            cv_clear_error(c->ctx);
+            fallback = *t;
+            fallback.mma = 0;
+            t = &fallback;
+            name = "gdn_chunked";
+            st = gdn_kernel(c->ctx, p, t, name, &kernel);
+        }
+        if (st != CLVARLEN_SUCCESS)
             return st;
         cv_args ar = cv_args_begin(kernel);
         /* the token kernel leaves sequences of chunk_min tokens or more to the chunked one */
         gdn_set_args(&ar, p, d, flags, plan->chunked ? plan->chunk_min : 0, c->flag);
         if ((st = cv_cl_check(c->ctx, ar.err, "gated delta: clSetKernelArg")) != CLVARLEN_SUCCESS)
             return st;
-        const int tile = chunked ? t->cvt : t->vt;
-        const size_t local = (size_t)(chunked ? t->cwg : t->wg);
+        const int tile = chunked ? (t->mma ? t->mvt : t->cvt) : t->vt;
+        const size_t local = (size_t)(chunked ? (t->mma ? 128 : t->cwg) : t->wg);
         const size_t groups = (size_t)p->n_seqs * (size_t)p->HV * (size_t)((p->V + tile - 1) / tile);
         const size_t global = groups * local;
         if ((st = cv_chain_run(c, kernel, name, 1, &global, &local)) != CLVARLEN_SUCCESS)
@@ -317,7 +394,7 @@ static clvarlen_status gdn_chunk_policy(clvarlen_context *ctx, const char *fn,
     *chunk_min = 0; /* 0: never chunked */
     if (has_inter || pa->algorithm == CLVARLEN_GDN_RECURRENT)
         return CLVARLEN_SUCCESS;
-    if (t->cvt == 0) {
+    if (t->cvt == 0 && !t->mma) {
         if (pa->algorithm == CLVARLEN_GDN_CHUNKED)
             return cv_error(ctx, CLVARLEN_ERROR_UNSUPPORTED,
                             "%s: the chunked algorithm needs %zu bytes of local memory for K = "
@@ -336,7 +413,7 @@ clvarlen_status cv_gdn_cl_run(clvarlen_context *ctx, const char *fn, const clvar
 {
     const int64_t N = p->n_seqs, T = p->total_tokens;
     gdn_tiles t;
-    gdn_resolve_tiles(ctx, (int)p->K, (int)p->V, &t);
+    gdn_resolve_tiles(ctx, p, &t);
     gdn_plan plan = {0};
     clvarlen_status st =
         gdn_chunk_policy(ctx, fn, pa, p, d->inter.m != NULL, &t, &plan.chunk_min);
@@ -540,7 +617,7 @@ clvarlen_status cv_gdn_cl_host(clvarlen_context *ctx, const char *fn, const clva
                                const cv_gdn_problem *p)
 {
     gdn_tiles t;
-    gdn_resolve_tiles(ctx, (int)p->K, (int)p->V, &t);
+    gdn_resolve_tiles(ctx, p, &t);
     gdn_plan plan = {0};
     clvarlen_status st = gdn_chunk_policy(ctx, fn, pa, p, p->inter != NULL, &t, &plan.chunk_min);
     if (st != CLVARLEN_SUCCESS)

@@ -1,7 +1,7 @@
 /* Kernel loading: find cl/<file> (CLVARLEN_KERNEL_PATH or the option, then
  * the source tree when the library runs from its build tree, then the
  * installed data directory), join cl/cv-shared.h and cl/common.clh from the
- * same directory in front of it, and build it with the op's -D options. Programs are kept per
+ * same directory in front of it (and the headers it names, in place), and build it with the op's -D options. Programs are kept per
  * context (in memory) and as binaries on disk (program-cache.c). A failed allocation is
  * CLVARLEN_ERROR_OUT_OF_MEMORY, never "kernel not found".
  */
@@ -102,9 +102,65 @@ static char *join_source(char *const parts[], const size_t sizes[], size_t n, si
     return joined;
 }
 
+/* A kernel file names a shared header (not a prelude: joined only where asked,
+ * at that place) on a line of its own: `// clvarlen-include: NAME.clh`. The
+ * loader replaces the line by the header's text, so the cache hash still
+ * covers every byte compiled. One level: a header's own such lines stay
+ * comments. */
+#define INCLUDE_MARK "// clvarlen-include: "
+
+/* Splices every header *text names (from dir) in place of its line. FILE_READ
+ * (*text, *size replaced), FILE_ABSENT (*missing names the header, at most
+ * missing_size bytes) or FILE_NO_MEMORY. */
+static file_result splice_includes(const char *dir, char **text, size_t *size, char *missing,
+                                   size_t missing_size)
+{
+    const size_t mark_len = strlen(INCLUDE_MARK);
+    size_t from = 0;
+    for (;;) {
+        char *line = strstr(*text + from, INCLUDE_MARK);
+        if (!line)
+            return FILE_READ;
+        const size_t at = (size_t)(line - *text);
+        if (at > 0 && (*text)[at - 1] != '\n') { /* not at a line's start */
+            from = at + mark_len;
+            continue;
+        }
+        const char *name = line + mark_len;
+        const size_t name_len = strcspn(name, " \t\r\n");
+        const size_t line_end = (size_t)(name + strcspn(name, "\n") - *text);
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%.*s", dir, (int)name_len, name);
+        char *hdr = NULL;
+        size_t hdr_size = 0;
+        file_result r = name_len == 0 || memchr(name, '/', name_len)
+                            ? FILE_ABSENT
+                            : read_file(path, &hdr, &hdr_size);
+        if (r != FILE_READ) {
+            snprintf(missing, missing_size, "%.*s", (int)name_len, name);
+            return r;
+        }
+        const size_t tail = *size - line_end;
+        char *joined = malloc(at + hdr_size + tail + 1);
+        if (!joined) {
+            free(hdr);
+            return FILE_NO_MEMORY;
+        }
+        memcpy(joined, *text, at);
+        memcpy(joined + at, hdr, hdr_size);
+        memcpy(joined + at + hdr_size, *text + line_end, tail);
+        joined[at + hdr_size + tail] = '\0';
+        free(hdr);
+        free(*text);
+        *text = joined;
+        *size = at + hdr_size + tail;
+        from = at + hdr_size;
+    }
+}
+
 /* Reads file and its preludes from dir. SUCCESS (*source set); with *absent, dir has no
- * file (the caller tries the next directory); else an error recorded on ctx: a prelude
- * missing (KERNEL_NOT_FOUND) or no memory (OUT_OF_MEMORY). */
+ * file (the caller tries the next directory); else an error recorded on ctx: a prelude or
+ * a header the file names missing (KERNEL_NOT_FOUND) or no memory (OUT_OF_MEMORY). */
 static clvarlen_status load_from_dir(clvarlen_context *ctx, const char *dir, const char *file,
                                      char **source, size_t *size, bool *absent)
 {
@@ -118,6 +174,11 @@ static clvarlen_status load_from_dir(clvarlen_context *ctx, const char *dir, con
     if (*absent)
         return CLVARLEN_ERROR_KERNEL_NOT_FOUND;
     const char *missing = NULL;
+    char missing_hdr[128] = "";
+    r = splice_includes(dir, &parts[N_PRELUDES + 1], &sizes[N_PRELUDES + 1], missing_hdr,
+                        sizeof missing_hdr);
+    if (r == FILE_ABSENT)
+        missing = missing_hdr;
     for (size_t j = 0; j < N_PRELUDES && r == FILE_READ; j++) {
         snprintf(path, sizeof path, "%s/%s", dir, preludes[j]);
         if ((r = read_file(path, &parts[j], &sizes[j])) == FILE_ABSENT)

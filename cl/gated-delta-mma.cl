@@ -1,0 +1,505 @@
+/* The gated delta rule's chunked form (SPEC 3) on NVIDIA tensor cores:
+ * mma.sync.m16n8k16 through inline PTX (cl/nv-mma.clh), bf16/f16 operands,
+ * f32 accumulators and an f32 state. Elsewhere the same kernel runs with the
+ * warp-wide operations emulated (lib/gated-delta/gated-delta-cl.c does so on
+ * request), which is how its fragment bookkeeping is tested on PoCL.
+ *
+ * One work-group of four warps per (sequence, value head, V tile of CV_MVT
+ * columns) walks the sequence's chunks of 64 tokens in order; the tile's
+ * K x MVT state stays in local memory (f32) for the whole sequence. Per
+ * chunk, warp w owns rows 16w .. 16w + 15:
+ *   1. k rows (raw) into local memory; gates g, beta per row;
+ *   2. with tensor cores: K K^T and Q K^T (the warp's rows x 64), K S and
+ *      Q S (rows x MVT); the rows' squared norms on the way;
+ *   3. A = beta_i rk_i rk_m (K K^T) e^(G_i - G_m) (m < i) into local memory,
+ *      B = beta (V - e^G rk (K S)), P = rq_i rk_m (Q K^T) e^(G_i - G_m)
+ *      (m <= i, in registers), Q S scaled by e^G rq;
+ *   4. D = (I + A)^-1 B in f32 (the portable kernel's blockwise solve: the
+ *      diagonal blocks inverted in place, four block steps);
+ *   5. O = e^G rq (Q S) + P D with tensor cores;
+ *   6. S <- e^(G_last) S + K^T (rk e^(G_last - G) D) with tensor cores.
+ * Operands that are inputs (raw q, k rows) are exact in the operand type;
+ * computed ones (S, D, P) are split into a rounded part and its remainder
+ * (nv_split2), two or three products each, so the result keeps close to f32
+ * accuracy (CV_MMA_SPLIT=0 rounds them once: faster, about 1e-2 off).
+ *
+ * -D: CV_K (multiple of 16, <= 128), CV_V, CV_DT = CV_DTYPE (CV_DT_BF16 or
+ * CV_DT_F16), CV_ST_DT, CV_MVT (8, 16, 32 or 64), CV_NV_PTX (NVIDIA).
+ * Local memory at K = 128, MVT = 32: 45 KiB.
+ */
+
+#ifndef CV_DTYPE
+#define CV_DTYPE CV_DT_BF16
+#endif
+#ifndef CV_MVT
+#define CV_MVT 32
+#endif
+#ifndef CV_MMA_SPLIT
+#define CV_MMA_SPLIT 1
+#endif
+
+#define WG_SIZE 128
+#define NWARPS 4
+#define GC GDN_CHUNK                      /* 64 rows: 16 per warp */
+#define KSTEPS (CV_K / 16)                /* k16 steps over K; also m16 tiles of S's rows */
+#define KT_PER_WARP ((KSTEPS + NWARPS - 1) / NWARPS)
+#define NT_V (CV_MVT / 8)                 /* n8 tiles of the V tile */
+#define NT_C (GC / 8)                     /* n8 tiles over a chunk's rows */
+#define KP (CV_K + 8)                     /* staged k row pitch (16-bit elements) */
+#define AP (GC + 1)                       /* A pitch (floats) */
+#define SP (CV_MVT + 4)                   /* state and D pitches: B fragments' reads fall */
+#define DP (CV_MVT + 4)                   /* in distinct banks */
+#define X_WORDS (GC * KP / 2 > GC * AP ? GC * KP / 2 : GC * AP)
+#define SOLVE_PT ((16 * CV_MVT + WG_SIZE - 1) / WG_SIZE)
+
+// clvarlen-include: nv-mma.clh
+
+#ifdef CV_NV_PTX
+#define GDN_EMU
+#define GDN_EMU_P
+#define PTX_ON 1
+#else
+#define GDN_EMU , emu
+#define GDN_EMU_P , __local uint *emu
+#define PTX_ON 0
+#endif
+
+/* c + a b with b an f32 operand given as rounded part and remainder. */
+inline float4 gdn_mma_x(uint4 a, uint bh0, uint bh1, uint bl0, uint bl1, float4 c GDN_EMU_P)
+{
+    c = mma16816(a, bh0, bh1, c);
+#if CV_MMA_SPLIT
+    c = mma16816(a, bl0, bl1, c);
+#endif
+    return c;
+}
+
+/* c + a b with both operands split (the remainders' product is dropped). */
+inline float4 gdn_mma_xx(uint4 ah, uint4 al, uint bh0, uint bh1, uint bl0, uint bl1, float4 c
+                         GDN_EMU_P)
+{
+    c = mma16816(ah, bh0, bh1, c);
+#if CV_MMA_SPLIT
+    c = mma16816(al, bh0, bh1, c);
+    c = mma16816(ah, bl0, bl1, c);
+#endif
+    return c;
+}
+
+/* A fragment (rows r0.., columns c0..) of a row-major 16-bit local matrix. */
+inline uint4 gdn_afrag(__local const ushort *m, int r0, int c0)
+{
+    const int lane = get_local_id(0) & 31, g = lane >> 2, t = lane & 3;
+    __local const uint *w = (__local const uint *)m;
+    const int at = ((r0 + g) * KP + c0 + 2 * t) >> 1;
+    return (uint4)(w[at], w[at + 4 * KP], w[at + 4], w[at + 4 * KP + 4]);
+}
+
+/* A fragment of the transpose: A[r][c] = m[c][r] (K^T from the staged rows). */
+inline uint4 gdn_afrag_t(__local const ushort *m, int r0, int c0)
+{
+    const int lane = get_local_id(0) & 31, g = lane >> 2, t = lane & 3;
+    uint r[4];
+    for (int q = 0; q < 4; q++) {
+        const int row = r0 + g + 8 * (q & 1), col = c0 + 2 * t + 8 * (q >> 1);
+        r[q] = (uint)m[col * KP + row] | ((uint)m[(col + 1) * KP + row] << 16);
+    }
+    return (uint4)(r[0], r[1], r[2], r[3]);
+}
+
+/* A fragment of q rows (raw, from global memory; rows at or past nr are 0),
+ * and the squares of its elements added to the lane's two row sums. */
+inline uint4 gdn_qfrag(__global const ushort *qh, long q_stride, int pairs, int r0, int nr,
+                       int c0, float *n0, float *n1)
+{
+    const int lane = get_local_id(0) & 31, g = lane >> 2, t = lane & 3;
+    uint r[4];
+    for (int q = 0; q < 4; q++) {
+        const int row = r0 + g + 8 * (q & 1), col = c0 + 2 * t + 8 * (q >> 1);
+        ushort e0 = 0, e1 = 0;
+        if (row < nr && pairs) { /* 4-byte aligned pairs: one load */
+            const uint w = *(__global const uint *)(qh + row * q_stride + col);
+            e0 = (ushort)(w & 0xffffu);
+            e1 = (ushort)(w >> 16);
+        } else if (row < nr) {
+            e0 = qh[row * q_stride + col];
+            e1 = qh[row * q_stride + col + 1];
+        }
+        const float f0 = nv_h2f(e0), f1 = nv_h2f(e1);
+        if (q & 1)
+            *n1 += f0 * f0 + f1 * f1;
+        else
+            *n0 += f0 * f0 + f1 * f1;
+        r[q] = (uint)e0 | ((uint)e1 << 16);
+    }
+    return (uint4)(r[0], r[1], r[2], r[3]);
+}
+
+/* B fragment (16 x 8) whose column n is row n0 + n of a row-major 16-bit
+ * local matrix: B = M^T (K K^T and Q K^T take k rows so). */
+inline void gdn_bfrag_rows(__local const ushort *m, int n0, int k0, uint *b0, uint *b1)
+{
+    const int lane = get_local_id(0) & 31, g = lane >> 2, t = lane & 3;
+    __local const uint *w = (__local const uint *)m;
+    const int at = ((n0 + g) * KP + k0 + 2 * t) >> 1;
+    *b0 = w[at];
+    *b1 = w[at + 4];
+}
+
+/* B fragment (rows r0.., column c) of an f32 local matrix with pitch, rows
+ * scaled by wt (NULL: 1), split into rounded parts and remainders. */
+inline void gdn_bfrag_f32(__local const float *m, int pitch, int r0, int c,
+                          __local const float *wt, uint *h0, uint *h1, uint *l0, uint *l1)
+{
+    const int t = get_local_id(0) & 3, r = r0 + 2 * t;
+    float x0 = m[r * pitch + c], x1 = m[(r + 1) * pitch + c];
+    float x2 = m[(r + 8) * pitch + c], x3 = m[(r + 9) * pitch + c];
+    if (wt) {
+        x0 *= wt[r];
+        x1 *= wt[r + 1];
+        x2 *= wt[r + 8];
+        x3 *= wt[r + 9];
+    }
+    nv_split2(x0, x1, h0, l0);
+    nv_split2(x2, x3, h1, l1);
+}
+
+/* The chunk's tensor-core products for the warp's 16 rows (step 2), and the
+ * rows' squared norms (lane sums, reduced by the caller). */
+inline void gdn_products(__local const ushort *Kc, __local const float *S_l,
+                         __global const ushort *qh, long q_stride, int nr, float4 *kk,
+                         float4 *qk, float4 *ks, float4 *qs, float *nk, float *nq GDN_EMU_P)
+{
+    const int i0 = 16 * (get_local_id(0) >> 5), g = (get_local_id(0) & 31) >> 2;
+    for (int n = 0; n < NT_C; n++)
+        kk[n] = qk[n] = (float4)(0.0f);
+    for (int n = 0; n < NT_V; n++)
+        ks[n] = qs[n] = (float4)(0.0f);
+    for (int s = 0; s < KSTEPS; s++) {
+        const int pairs = ((ulong)qh & 3) == 0 && (q_stride & 1) == 0;
+        const uint4 qf = gdn_qfrag(qh, q_stride, pairs, i0, nr, 16 * s, &nq[0], &nq[1]);
+        const uint4 kf = gdn_afrag(Kc, i0, 16 * s);
+        const uint kw[4] = {kf.x, kf.y, kf.z, kf.w};
+        for (int q = 0; q < 4; q++) {
+            const float f0 = nv_h2f((ushort)(kw[q] & 0xffffu)), f1 = nv_h2f((ushort)(kw[q] >> 16));
+            nk[q & 1] += f0 * f0 + f1 * f1;
+        }
+        UNROLL
+        for (int n = 0; n < NT_C; n++) {
+            uint b0, b1;
+            gdn_bfrag_rows(Kc, 8 * n, 16 * s, &b0, &b1);
+            kk[n] = mma16816(kf, b0, b1, kk[n]);
+            qk[n] = mma16816(qf, b0, b1, qk[n]);
+        }
+        UNROLL
+        for (int n = 0; n < NT_V; n++) {
+            uint h0, h1, l0, l1;
+            gdn_bfrag_f32(S_l, SP, 16 * s, 8 * n + g, NULL, &h0, &h1, &l0, &l1);
+            ks[n] = gdn_mma_x(kf, h0, h1, l0, l1, ks[n] GDN_EMU);
+            qs[n] = gdn_mma_x(qf, h0, h1, l0, l1, qs[n] GDN_EMU);
+        }
+    }
+}
+
+/* Step 3 for the warp's rows: A into local memory, P in place of Q K^T, B
+ * into D_l, Q S scaled. Rows past the chunk's end have beta = 0 and v = 0. */
+inline void gdn_scale(__local float *A_l, __local float *D_l, __local const float *G_l,
+                      __local const float *beta_l, __local const float *rk_l,
+                      __local const float *rq_l, float4 *kk, float4 *qk, float4 *ks, float4 *qs,
+                      __global const uchar *vb, long v_stride, long c0, int nr, int h, int v0)
+{
+    const int lane = get_local_id(0) & 31, g = lane >> 2, t = lane & 3;
+    const int i0 = 16 * (get_local_id(0) >> 5);
+    for (int n = 0; n < NT_C; n++) {
+        float a[4] = {kk[n].x, kk[n].y, kk[n].z, kk[n].w};
+        float p[4] = {qk[n].x, qk[n].y, qk[n].z, qk[n].w};
+        for (int e = 0; e < 4; e++) {
+            const int i = i0 + g + 8 * (e >> 1), m = 8 * n + 2 * t + (e & 1);
+            const float d = m <= i ? exp(G_l[i] - G_l[m]) : 0.0f;
+            A_l[i * AP + m] = m < i ? beta_l[i] * rk_l[i] * rk_l[m] * a[e] * d : 0.0f;
+            p[e] = rq_l[i] * rk_l[m] * p[e] * d;
+        }
+        qk[n] = (float4)(p[0], p[1], p[2], p[3]);
+    }
+    for (int n = 0; n < NT_V; n++) {
+        float x[4] = {ks[n].x, ks[n].y, ks[n].z, ks[n].w};
+        float y[4] = {qs[n].x, qs[n].y, qs[n].z, qs[n].w};
+        for (int e = 0; e < 4; e++) {
+            const int i = i0 + g + 8 * (e >> 1), c = 8 * n + 2 * t + (e & 1), vv = v0 + c;
+            const float eG = exp(G_l[i]);
+            const float vx = (i < nr && vv < CV_V)
+                                 ? LOAD_ACT(vb, (c0 + i) * v_stride + (long)h * CV_V + vv)
+                                 : 0.0f;
+            D_l[i * DP + c] = beta_l[i] * (vx - eG * rk_l[i] * x[e]);
+            y[e] *= eG * rq_l[i];
+        }
+        qs[n] = (float4)(y[0], y[1], y[2], y[3]);
+    }
+}
+
+/* Step 4: D_l <- (I + A)^-1 D_l. The diagonal 16 x 16 blocks of A are
+ * replaced by the strictly lower parts of their inverses (column j of block
+ * rb by work-item 16 rb + j), then D_r = T_rr (D_r - A_rc D_c, c < r). */
+inline void gdn_solve(__local float *A_l, __local float *D_l)
+{
+    const int lid = get_local_id(0);
+    float x[16];
+    if (lid < GC) {
+        const int rb = lid / 16, j = lid % 16;
+        for (int ii = 0; ii < 16; ii++) {
+            float s = ii == j ? 1.0f : 0.0f;
+            if (ii > j)
+                for (int mm = j; mm < ii; mm++)
+                    s -= A_l[(16 * rb + ii) * AP + 16 * rb + mm] * x[mm];
+            x[ii] = s;
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid < GC) {
+        const int rb = lid / 16, j = lid % 16;
+        for (int ii = j + 1; ii < 16; ii++)
+            A_l[(16 * rb + ii) * AP + 16 * rb + j] = x[ii];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int rb = 0; rb < GC / 16; rb++) {
+        if (rb > 0) {
+            for (int e = lid; e < 16 * CV_MVT; e += WG_SIZE) {
+                const int row = 16 * rb + e / CV_MVT, c = e % CV_MVT;
+                float s = D_l[row * DP + c];
+                for (int m = 0; m < 16 * rb; m++)
+                    s -= A_l[row * AP + m] * D_l[m * DP + c];
+                D_l[row * DP + c] = s;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        float r[SOLVE_PT];
+        for (int q = 0; q < SOLVE_PT; q++) {
+            const int e = lid + WG_SIZE * q, ii = e / CV_MVT, c = e % CV_MVT;
+            r[q] = 0.0f;
+            if (e < 16 * CV_MVT) {
+                float s = D_l[(16 * rb + ii) * DP + c];
+                for (int jj = 0; jj < ii; jj++)
+                    s += A_l[(16 * rb + ii) * AP + 16 * rb + jj] * D_l[(16 * rb + jj) * DP + c];
+                r[q] = s;
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int q = 0; q < SOLVE_PT; q++) {
+            const int e = lid + WG_SIZE * q;
+            if (e < 16 * CV_MVT)
+                D_l[(16 * rb + e / CV_MVT) * DP + e % CV_MVT] = r[q];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+}
+
+/* Step 5: O = Q S (scaled, in o_acc) + P D for the warp's rows, stored. */
+inline void gdn_output(__local const float *D_l, float4 *qk, float4 *o_acc, __global uchar *ob,
+                       long o_stride, long c0, int nr, int h, int v0 GDN_EMU_P)
+{
+    const int lane = get_local_id(0) & 31, g = lane >> 2, t = lane & 3;
+    const int warp = get_local_id(0) >> 5, i0 = 16 * warp;
+    for (int kb = 0; kb < GC / 16; kb++) {
+        if (PTX_ON && kb > warp) /* P is zero right of the diagonal block */
+            continue;
+        const float4 p0 = qk[2 * kb], p1 = qk[2 * kb + 1];
+        uint4 ph, pl;
+        uint w[8];
+        nv_split2(p0.x, p0.y, &w[0], &w[4]);
+        nv_split2(p0.z, p0.w, &w[1], &w[5]);
+        nv_split2(p1.x, p1.y, &w[2], &w[6]);
+        nv_split2(p1.z, p1.w, &w[3], &w[7]);
+        ph = (uint4)(w[0], w[1], w[2], w[3]);
+        pl = (uint4)(w[4], w[5], w[6], w[7]);
+        UNROLL
+        for (int n = 0; n < NT_V; n++) {
+            uint h0, h1, l0, l1;
+            gdn_bfrag_f32(D_l, DP, 16 * kb, 8 * n + g, NULL, &h0, &h1, &l0, &l1);
+            o_acc[n] = gdn_mma_xx(ph, pl, h0, h1, l0, l1, o_acc[n] GDN_EMU);
+        }
+    }
+    for (int n = 0; n < NT_V; n++) {
+        const float y[4] = {o_acc[n].x, o_acc[n].y, o_acc[n].z, o_acc[n].w};
+        for (int e = 0; e < 4; e++) {
+            const int i = i0 + g + 8 * (e >> 1), vv = v0 + 8 * n + 2 * t + (e & 1);
+            if (i < nr && vv < CV_V)
+                cv_store_f(ob, (c0 + i) * o_stride + (long)h * CV_V + vv, y[e], CV_DT);
+        }
+    }
+}
+
+/* Step 6: the warp's m16 tiles of state rows (tile w, w + 4, ...):
+ * S <- e^(G_last) S + K^T (w D), w_i = rk_i e^(G_last - G_i). */
+inline void gdn_state_update(__local float *S_l, __local const ushort *Kc,
+                             __local const float *D_l, __local const float *w_l, float eGl
+                             GDN_EMU_P)
+{
+    const int lane = get_local_id(0) & 31, g = lane >> 2, t = lane & 3;
+    const int warp = get_local_id(0) >> 5;
+    for (int j = 0; j < KT_PER_WARP; j++) {
+        const int mt = warp + NWARPS * j;
+        const bool mine = mt < KSTEPS; /* the emulation needs every warp in every mma */
+        float4 acc[NT_V];
+        for (int n = 0; n < NT_V; n++) {
+            float c[4];
+            for (int e = 0; e < 4; e++) {
+                const int row = 16 * mt + g + 8 * (e >> 1), col = 8 * n + 2 * t + (e & 1);
+                c[e] = mine ? eGl * S_l[row * SP + col] : 0.0f;
+            }
+            acc[n] = (float4)(c[0], c[1], c[2], c[3]);
+        }
+        for (int kb = 0; kb < GC / 16; kb++) {
+            const uint4 a = mine ? gdn_afrag_t(Kc, 16 * mt, 16 * kb) : (uint4)(0u);
+            UNROLL
+            for (int n = 0; n < NT_V; n++) {
+                uint h0, h1, l0, l1;
+                gdn_bfrag_f32(D_l, DP, 16 * kb, 8 * n + g, w_l, &h0, &h1, &l0, &l1);
+                acc[n] = gdn_mma_x(a, h0, h1, l0, l1, acc[n] GDN_EMU);
+            }
+        }
+        if (mine)
+            for (int n = 0; n < NT_V; n++) {
+                const float c[4] = {acc[n].x, acc[n].y, acc[n].z, acc[n].w};
+                for (int e = 0; e < 4; e++) {
+                    const int row = 16 * mt + g + 8 * (e >> 1), col = 8 * n + 2 * t + (e & 1);
+                    S_l[row * SP + col] = c[e];
+                }
+            }
+    }
+}
+
+/* The chunk's k rows (raw) into Kc; rows at or past nr are zero. */
+inline void gdn_stage_k(__local ushort *Kc, __global const ushort *kh, long k_stride, int nr)
+{
+    if (((ulong)kh & 15) == 0 && (k_stride & 7) == 0) { /* rows of 16-byte units */
+        for (int e = get_local_id(0); e < GC * (CV_K / 8); e += WG_SIZE) {
+            const int row = e / (CV_K / 8), u = e % (CV_K / 8);
+            const uint4 x = row < nr ? *(__global const uint4 *)(kh + row * k_stride + 8 * u)
+                                     : (uint4)(0u);
+            *(__local uint4 *)(Kc + row * KP + 8 * u) = x;
+        }
+        return;
+    }
+    for (int e = get_local_id(0); e < GC * CV_K; e += WG_SIZE) {
+        const int row = e / CV_K, col = e % CV_K;
+        Kc[row * KP + col] = row < nr ? kh[row * k_stride + col] : (ushort)0;
+    }
+}
+
+/* The sum of x over the lane's quad (the four lanes sharing its rows). */
+inline float gdn_quad_sum(float x GDN_EMU_P)
+{
+    x += shfl_xor(x, 1);
+    x += shfl_xor(x, 2);
+    return x;
+}
+
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void gdn_chunked_mma(GDN_ARGS)
+{
+    __local uint X_l[X_WORDS] __attribute__((aligned(16))); /* k rows (16-bit), or A (f32) */
+    __local float S_l[CV_K * SP];         /* state tile [k][v] */
+    __local float D_l[GC * DP];           /* B, then D */
+    __local float g_l[GC], G_l[GC], beta_l[GC], rk_l[GC], rq_l[GC], w_l[GC];
+    EMU_DECL
+#ifndef CV_NV_PTX
+    __local uint *emu = emu_scratch;
+#endif
+    __local ushort *Kc = (__local ushort *)X_l;
+    __local float *A_l = (__local float *)X_l;
+
+    const int lid = get_local_id(0), lane = lid & 31, g = lane >> 2, t = lane & 3;
+    const int i0 = 16 * (lid >> 5);
+    const long grp = get_group_id(0);
+    const int vt = (int)(grp % ((CV_V + CV_MVT - 1) / CV_MVT));
+    const long rest = grp / ((CV_V + CV_MVT - 1) / CV_MVT);
+    const int h = (int)(rest % HV);
+    const long n = rest / HV;
+    if (n >= n_seqs || ((flags & GDN_HAS_CHECK) && check[0] != 0))
+        return;
+    long bos, eos;
+    gdn_bounds(cu, cu_off, fixed_len, total, flags, n, &bos, &eos);
+    if (eos <= bos || eos - bos < chunk_min)
+        return;
+
+    const int hq = h / group, v0 = vt * CV_MVT;
+    const long head_off = (long)h * CV_K * CV_V;
+    const long slot = (flags & GDN_HAS_POOL)
+                          ? gdn_slot(sidx, sidx_off, flags & GDN_HAS_SIDX, n, slots)
+                          : -1;
+    const int skv = (flags & GDN_STATE_KV) != 0, l2 = (flags & GDN_L2NORM) != 0;
+    for (int e = lid; e < CV_K * CV_MVT; e += WG_SIZE) {
+        const int vv = skv ? e % CV_MVT : e / CV_K, kk = skv ? e / CV_MVT : e % CV_K;
+        float x = 0.0f;
+        if (slot >= 0 && v0 + vv < CV_V)
+            x = LOAD_ST(pool + pool_off,
+                        slot * slot_pitch + head_off + gdn_state_at(skv, kk, v0 + vv));
+        S_l[kk * SP + vv] = x;
+    }
+    const float A = exp(CV_CPTR(float, A_log, A_log_off)[h]);
+    const float bias = gdn_bias(dt_bias, dt_bias_off, h, flags);
+    __global const uchar *ab = a + a_off, *bb = b + b_off, *vb = v + v_off;
+
+    for (long c0 = bos; c0 < eos; c0 += GC) {
+        const int nr = (int)min((long)GC, eos - c0);
+        __global const ushort *kh = CV_CPTR(ushort, k, k_off) + c0 * k_stride + (long)hq * CV_K;
+        __global const ushort *qh = CV_CPTR(ushort, q, q_off) + c0 * q_stride + (long)hq * CV_K;
+        barrier(CLK_LOCAL_MEM_FENCE); /* the last chunk's readers are done */
+        gdn_stage_k(Kc, kh, k_stride, nr);
+        for (int r = lid; r < GC; r += WG_SIZE) {
+            float gr = 0.0f, be = 0.0f;
+            if (r < nr) {
+                const float x = LOAD_ACT(ab, (c0 + r) * a_stride + h) + bias;
+                gr = -A * gdn_softplus(x, sp_beta, sp_threshold);
+                be = 1.0f / (1.0f + exp(-LOAD_ACT(bb, (c0 + r) * b_stride + h)));
+            }
+            g_l[r] = gr;
+            beta_l[r] = be;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        float4 kk[NT_C], qk[NT_C], ks[NT_V], qs[NT_V];
+        float nk[2] = {0.0f, 0.0f}, nq[2] = {0.0f, 0.0f};
+        gdn_products(Kc, S_l, qh, q_stride, nr, kk, qk, ks, qs, nk, nq GDN_EMU);
+        for (int r = 0; r < 2; r++) {
+            nk[r] = gdn_quad_sum(nk[r] GDN_EMU);
+            nq[r] = gdn_quad_sum(nq[r] GDN_EMU);
+        }
+        if (t == 0)
+            for (int r = 0; r < 2; r++) {
+                rk_l[i0 + g + 8 * r] = l2 ? rsqrt(nk[r] + 1e-6f) : 1.0f;
+                rq_l[i0 + g + 8 * r] = (l2 ? rsqrt(nq[r] + 1e-6f) : 1.0f) * scale;
+            }
+        /* G, the running sum of g; here, after the products: PoCL 3.1 gave wrong
+         * outputs with this branch placed before them */
+        if (lid == 0) {
+            float s = 0.0f;
+            for (int r = 0; r < GC; r++) {
+                s += g_l[r];
+                G_l[r] = s;
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* norms and G ready; Kc read for the last time */
+        const float G_last = G_l[nr - 1];
+        for (int r = lid; r < GC; r += WG_SIZE)
+            w_l[r] = rk_l[r] * exp(G_last - G_l[r]);
+        gdn_scale(A_l, D_l, G_l, beta_l, rk_l, rq_l, kk, qk, ks, qs, vb, v_stride, c0, nr, h, v0);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        gdn_solve(A_l, D_l);
+        gdn_stage_k(Kc, kh, k_stride, nr); /* A is done: the k rows again, for K^T D */
+        barrier(CLK_LOCAL_MEM_FENCE);
+        gdn_output(D_l, qk, qs, o + o_off, o_stride, c0, nr, h, v0 GDN_EMU);
+        gdn_state_update(S_l, Kc, D_l, w_l, exp(G_last) GDN_EMU);
+    }
+
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (slot >= 0 && (flags & GDN_WRITE_BACK)) {
+        for (int e = lid; e < CV_K * CV_MVT; e += WG_SIZE) {
+            const int vv = skv ? e % CV_MVT : e / CV_K, kk = skv ? e / CV_MVT : e % CV_K;
+            if (v0 + vv < CV_V)
+                STORE_ST(pool + pool_off,
+                         slot * slot_pitch + head_off + gdn_state_at(skv, kk, v0 + vv),
+                         S_l[kk * SP + vv]);
+        }
+    }
+    GDN_END_BARRIER();
+}
