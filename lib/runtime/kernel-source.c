@@ -175,8 +175,9 @@ static clvarlen_status load_from_dir(clvarlen_context *ctx, const char *dir, con
         return CLVARLEN_ERROR_KERNEL_NOT_FOUND;
     const char *missing = NULL;
     char missing_hdr[128] = "";
-    r = splice_includes(dir, &parts[N_PRELUDES + 1], &sizes[N_PRELUDES + 1], missing_hdr,
-                        sizeof missing_hdr);
+    if (r == FILE_READ) /* else FILE_NO_MEMORY, the file not read */
+        r = splice_includes(dir, &parts[N_PRELUDES + 1], &sizes[N_PRELUDES + 1], missing_hdr,
+                            sizeof missing_hdr);
     if (r == FILE_ABSENT)
         missing = missing_hdr;
     for (size_t j = 0; j < N_PRELUDES && r == FILE_READ; j++) {
