@@ -207,6 +207,7 @@ enum {
     GD_CLMEM = 128,   /* the cl_mem entry point with device checks (gdn_check) */
     GD_ST_BF16 = 256, /* bf16 states, f16 dt_bias */
     GD_LONG = 512,    /* lengths {0, 1, 66}: two chunks */
+    GD_MMA = 1024,    /* the tensor-core chunked kernel, emulated (CLVARLEN_GDN_TUNING mma=1) */
 };
 
 typedef struct gdn_bufs {
@@ -343,6 +344,8 @@ static int case_gdn(oc_run *r, const oc_case *c)
         setenv("CLVARLEN_GDN_TUNING", "wg=128,vt=16,tk=16,cwg=256,cvt=16", 1);
     else if (c->c & GD_AUTO)
         setenv("CLVARLEN_GDN_TUNING", "min=4", 1);
+    else if (c->c & GD_MMA)
+        setenv("CLVARLEN_GDN_TUNING", "mma=1", 1);
     clvarlen_status st[2];
     st[0] = c->c & GD_CLMEM ? gdn_clmem(r, &g) : gdn_host(r->dev, &g, 0);
     unsetenv("CLVARLEN_GDN_TUNING");
@@ -387,5 +390,6 @@ const oc_case oc_nn_cases[] = {
     {"gdn-chunked-bf16-kv-long", case_gdn, BF16, 16, GD_CHUNKED | GD_KV | GD_LONG | GD_ST_BF16},
     {"gdn-chunked-f16-gpu-tiles", case_gdn, F16, 32, GD_CHUNKED | GD_GPU_TILES},
     {"gdn-auto-f32-mixed", case_gdn, F32, 16, GD_AUTO | GD_CLMEM},
+    {"gdn-chunked-mma-bf16", case_gdn, BF16, 16, GD_CHUNKED | GD_MMA},
     {NULL, NULL, 0, 0, 0},
 };
