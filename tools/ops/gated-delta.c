@@ -448,6 +448,10 @@ int bench_gdn(clvarlen_context *dev, const ct_options *opt, double copy_gbps)
                 continue;
             rc |= bench_prefill(dev, opt, 16, 16384, 16, 32, 128, 128, alg);
             rc |= bench_prefill(dev, opt, 64, 8192, 16, 32, 128, 128, alg);
+            if (alg == CLVARLEN_GDN_RECURRENT)
+                continue; /* the long cases: the tensor-core path and AUTO only */
+            rc |= bench_prefill(dev, opt, 4, 32768, 16, 32, 128, 128, alg);
+            rc |= bench_prefill(dev, opt, 256, 65536, 16, 32, 128, 128, alg);
         }
     } else {
         /* the same head shape, batches a 2-core machine finishes in seconds */
