@@ -41,6 +41,9 @@
 #define WG_SIZE 128
 #define NWARPS 4
 #define GC GDN_CHUNK                      /* 64 rows: 16 per warp */
+#if GDN_CHUNK != 64
+#error "the kernel takes chunks of 64 rows (16 per warp, the scan of G as 32 lane pairs)"
+#endif
 #define KSTEPS (CV_K / 16)                /* k16 steps over K; also m16 tiles of S's rows */
 #define KT_PER_WARP ((KSTEPS + NWARPS - 1) / NWARPS)
 #define NT_V (CV_MVT / 8)                 /* n8 tiles of the V tile */
@@ -469,13 +472,23 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void gdn_chunked_m
                 rk_l[i0 + g + 8 * r] = l2 ? rsqrt(nk[r] + 1e-6f) : 1.0f;
                 rq_l[i0 + g + 8 * r] = (l2 ? rsqrt(nq[r] + 1e-6f) : 1.0f) * scale;
             }
-        /* G, the running sum of g; here, after the products: PoCL 3.1 gave wrong
-         * outputs with this branch placed before them */
-        if (lid == 0) {
-            float s = 0.0f;
-            for (int r = 0; r < GC; r++) {
-                s += g_l[r];
-                G_l[r] = s;
+        /* G, the running sum of g: a butterfly scan over shuffles of the 64
+         * gates as 32 lane pairs, five steps in every warp (work-group uniform,
+         * as the emulation needs); warp 0 stores it. Here, after the products:
+         * PoCL 3.1 gave wrong outputs with the former serial sum (a branch on
+         * lid == 0) placed before them. */
+        {
+            const float g0 = g_l[2 * lane], g1 = g_l[2 * lane + 1];
+            float tot = g0 + g1, ex = 0.0f; /* the lane group's sum; the sum before it */
+            for (int d = 1; d < 32; d <<= 1) {
+                const float y = shfl_xor(tot, d);
+                if (lane & d)
+                    ex += y;
+                tot += y;
+            }
+            if (lid < 32) {
+                G_l[2 * lane] = ex + g0;
+                G_l[2 * lane + 1] = (ex + g0) + g1;
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* norms and G ready; Kc read for the last time */
