@@ -14,8 +14,8 @@
  *   3. A = beta_i rk_i rk_m (K K^T) e^(G_i - G_m) (m < i) into local memory,
  *      B = beta (V - e^G rk (K S)), P = rq_i rk_m (Q K^T) e^(G_i - G_m)
  *      (m <= i, in registers), Q S scaled by e^G rq;
- *   4. D = (I + A)^-1 B in f32 (the portable kernel's blockwise solve: the
- *      diagonal blocks inverted in place, four block steps);
+ *   4. D = (I + A)^-1 B in f32, blockwise: the diagonal blocks inverted,
+ *      their inverses applied to B's and A's blocks, three block steps;
  *   5. O = e^G rq (Q S) + P D with tensor cores;
  *   6. S <- e^(G_last) S + K^T (rk e^(G_last - G) D) with tensor cores.
  * Operands that are inputs (raw q, k rows) are exact in the operand type;
@@ -53,7 +53,6 @@
 #define SP (CV_MVT + 4)                   /* state and D pitches: B fragments' reads fall */
 #define DP (CV_MVT + 4)                   /* in distinct banks */
 #define X_WORDS (GC * KP / 2 > GC * AP ? GC * KP / 2 : GC * AP)
-#define SOLVE_PT ((16 * CV_MVT + WG_SIZE - 1) / WG_SIZE)
 
 // clvarlen-include: nv-mma.clh
 
@@ -240,57 +239,72 @@ inline void gdn_scale(__local float *A_l, __local float *D_l, __local const floa
     }
 }
 
-/* Step 4: D_l <- (I + A)^-1 D_l. The diagonal 16 x 16 blocks of A are
- * replaced by the strictly lower parts of their inverses (column j of block
- * rb by work-item 16 rb + j), then D_r = T_rr (D_r - A_rc D_c, c < r). */
+/* Step 4: D_l <- (I + A)^-1 D_l, blockwise over 16 x 16 blocks (r, c):
+ *   1. T_rr = (I + A_rr)^-1 (column j of block r by work-item 16 r + j), its
+ *      strictly lower part stored transposed in the (unused) strictly upper
+ *      part of A_rr, so that the inversion reads and writes disjoint words;
+ *   2. B_r <- T_rr B_r and A_rc <- T_rr A_rc (c < r) in place, one column of
+ *      one block per work-item, bottom row first (T_rr is unit lower
+ *      triangular: row i's result reads rows above it only);
+ *   3. D_r = B_r - sum_{c<r} A_rc D_c for r = 1, 2, 3, in place (each element
+ *      reads blocks already final).
+ * Five barriers, the last of them before A's words are reused. */
+#define SOLVE_TASKS (GC / 16 * CV_MVT + 6 * 16) /* columns of B's 4 blocks, of A's 6 */
 inline void gdn_solve(__local float *A_l, __local float *D_l)
 {
     const int lid = get_local_id(0);
-    float x[16];
     if (lid < GC) {
         const int rb = lid / 16, j = lid % 16;
+        float x[16];
         for (int ii = 0; ii < 16; ii++) {
             float s = ii == j ? 1.0f : 0.0f;
-            if (ii > j)
+            if (ii > j) {
                 for (int mm = j; mm < ii; mm++)
                     s -= A_l[(16 * rb + ii) * AP + 16 * rb + mm] * x[mm];
+                A_l[(16 * rb + j) * AP + 16 * rb + ii] = s; /* T[ii][j] */
+            }
             x[ii] = s;
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (lid < GC) {
-        const int rb = lid / 16, j = lid % 16;
-        for (int ii = j + 1; ii < 16; ii++)
-            A_l[(16 * rb + ii) * AP + 16 * rb + j] = x[ii];
+    for (int e = lid; e < SOLVE_TASKS; e += WG_SIZE) {
+        int rb, stride, at;
+        __local float *m;
+        if (e < GC / 16 * CV_MVT) { /* column e % MVT of B's block e / MVT */
+            rb = e / CV_MVT;
+            m = D_l;
+            stride = DP;
+            at = 16 * rb * DP + e % CV_MVT;
+        } else { /* column of A_rc: (r, c) = (1,0) (2,0) (2,1) (3,0) (3,1) (3,2) */
+            const int f = e - GC / 16 * CV_MVT, p = f / 16;
+            rb = p < 1 ? 1 : p < 3 ? 2 : 3;
+            const int cb = p - (rb * (rb - 1)) / 2;
+            m = A_l;
+            stride = AP;
+            at = 16 * rb * AP + 16 * cb + f % 16;
+        }
+        __local const float *T = A_l + 16 * rb * AP + 16 * rb; /* T[ii][jj] = T[jj * AP + ii] */
+        float y[16];
+        UNROLL
+        for (int ii = 0; ii < 16; ii++)
+            y[ii] = m[at + ii * stride];
+        UNROLL
+        for (int ii = 15; ii > 0; ii--) {
+            float s = y[ii];
+            UNROLL
+            for (int jj = 0; jj < ii; jj++)
+                s += T[jj * AP + ii] * y[jj];
+            m[at + ii * stride] = s;
+        }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int rb = 0; rb < GC / 16; rb++) {
-        if (rb > 0) {
-            for (int e = lid; e < 16 * CV_MVT; e += WG_SIZE) {
-                const int row = 16 * rb + e / CV_MVT, c = e % CV_MVT;
-                float s = D_l[row * DP + c];
-                for (int m = 0; m < 16 * rb; m++)
-                    s -= A_l[row * AP + m] * D_l[m * DP + c];
-                D_l[row * DP + c] = s;
-            }
-            barrier(CLK_LOCAL_MEM_FENCE);
-        }
-        float r[SOLVE_PT];
-        for (int q = 0; q < SOLVE_PT; q++) {
-            const int e = lid + WG_SIZE * q, ii = e / CV_MVT, c = e % CV_MVT;
-            r[q] = 0.0f;
-            if (e < 16 * CV_MVT) {
-                float s = D_l[(16 * rb + ii) * DP + c];
-                for (int jj = 0; jj < ii; jj++)
-                    s += A_l[(16 * rb + ii) * AP + 16 * rb + jj] * D_l[(16 * rb + jj) * DP + c];
-                r[q] = s;
-            }
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (int q = 0; q < SOLVE_PT; q++) {
-            const int e = lid + WG_SIZE * q;
-            if (e < 16 * CV_MVT)
-                D_l[(16 * rb + e / CV_MVT) * DP + e % CV_MVT] = r[q];
+    for (int rb = 1; rb < GC / 16; rb++) {
+        for (int e = lid; e < 16 * CV_MVT; e += WG_SIZE) {
+            const int row = 16 * rb + e / CV_MVT, c = e % CV_MVT;
+            float s = D_l[row * DP + c];
+            for (int mm = 0; mm < 16 * rb; mm++)
+                s -= A_l[row * AP + mm] * D_l[mm * DP + c];
+            D_l[row * DP + c] = s;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
