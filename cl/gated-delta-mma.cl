@@ -255,14 +255,18 @@ inline void gdn_solve(__local float *A_l, __local float *D_l)
     const int lid = get_local_id(0);
     if (lid < GC) {
         const int rb = lid / 16, j = lid % 16;
+        __local float *Ab = A_l + 16 * rb * AP + 16 * rb;
+        /* column j of T_rr, zero above row j: the loops' bounds are constants
+         * (every row from 0, the zeros included), so x stays in registers */
         float x[16];
+        UNROLL
         for (int ii = 0; ii < 16; ii++) {
             float s = ii == j ? 1.0f : 0.0f;
-            if (ii > j) {
-                for (int mm = j; mm < ii; mm++)
-                    s -= A_l[(16 * rb + ii) * AP + 16 * rb + mm] * x[mm];
-                A_l[(16 * rb + j) * AP + 16 * rb + ii] = s; /* T[ii][j] */
-            }
+            UNROLL
+            for (int mm = 0; mm < ii; mm++)
+                s -= Ab[ii * AP + mm] * x[mm];
+            if (ii > j)
+                Ab[j * AP + ii] = s; /* T[ii][j] */
             x[ii] = s;
         }
     }
