@@ -350,37 +350,48 @@ inline void gdn_output(__local const float *D_l, float4 *qk, float4 *o_acc, __gl
 }
 
 /* Step 6: the warp's m16 tiles of state rows (tile w, w + 4, ...):
- * S <- e^(G_last) S + K^T (w D), w_i = rk_i e^(G_last - G_i). */
+ * S <- e^(G_last) S + K^T (w D), w_i = rk_i e^(G_last - G_i). The k16 steps
+ * outside the tiles: each (w D) fragment is formed once for all the tiles. */
 inline void gdn_state_update(__local float *S_l, __local const ushort *Kc,
                              __local const float *D_l, __local const float *w_l, float eGl
                              GDN_EMU_P)
 {
     const int lane = get_local_id(0) & 31, g = lane >> 2, t = lane & 3;
     const int warp = get_local_id(0) >> 5;
+    float4 acc[KT_PER_WARP][NT_V];
+    UNROLL
     for (int j = 0; j < KT_PER_WARP; j++) {
         const int mt = warp + NWARPS * j;
         const bool mine = mt < KSTEPS; /* the emulation needs every warp in every mma */
-        float4 acc[NT_V];
         for (int n = 0; n < NT_V; n++) {
             float c[4];
             for (int e = 0; e < 4; e++) {
                 const int row = 16 * mt + g + 8 * (e >> 1), col = 8 * n + 2 * t + (e & 1);
                 c[e] = mine ? eGl * S_l[row * SP + col] : 0.0f;
             }
-            acc[n] = (float4)(c[0], c[1], c[2], c[3]);
+            acc[j][n] = (float4)(c[0], c[1], c[2], c[3]);
         }
-        for (int kb = 0; kb < GC / 16; kb++) {
-            const uint4 a = mine ? gdn_afrag_t(Kc, 16 * mt, 16 * kb) : (uint4)(0u);
+    }
+    for (int kb = 0; kb < GC / 16; kb++) {
+        uint h0[NT_V], h1[NT_V], l0[NT_V], l1[NT_V];
+        UNROLL
+        for (int n = 0; n < NT_V; n++)
+            gdn_bfrag_f32(D_l, DP, 16 * kb, 8 * n + g, w_l, &h0[n], &h1[n], &l0[n], &l1[n]);
+        UNROLL
+        for (int j = 0; j < KT_PER_WARP; j++) {
+            const int mt = warp + NWARPS * j;
+            const uint4 a = mt < KSTEPS ? gdn_afrag_t(Kc, 16 * mt, 16 * kb) : (uint4)(0u);
             UNROLL
-            for (int n = 0; n < NT_V; n++) {
-                uint h0, h1, l0, l1;
-                gdn_bfrag_f32(D_l, DP, 16 * kb, 8 * n + g, w_l, &h0, &h1, &l0, &l1);
-                acc[n] = gdn_mma_x(a, h0, h1, l0, l1, acc[n] GDN_EMU);
-            }
+            for (int n = 0; n < NT_V; n++)
+                acc[j][n] = gdn_mma_x(a, h0[n], h1[n], l0[n], l1[n], acc[j][n] GDN_EMU);
         }
-        if (mine)
+    }
+    UNROLL
+    for (int j = 0; j < KT_PER_WARP; j++) {
+        const int mt = warp + NWARPS * j;
+        if (mt < KSTEPS)
             for (int n = 0; n < NT_V; n++) {
-                const float c[4] = {acc[n].x, acc[n].y, acc[n].z, acc[n].w};
+                const float c[4] = {acc[j][n].x, acc[j][n].y, acc[j][n].z, acc[j][n].w};
                 for (int e = 0; e < 4; e++) {
                     const int row = 16 * mt + g + 8 * (e >> 1), col = 8 * n + 2 * t + (e & 1);
                     S_l[row * SP + col] = c[e];
