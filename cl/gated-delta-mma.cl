@@ -14,8 +14,8 @@
  *   3. A = beta_i rk_i rk_m (K K^T) e^(G_i - G_m) (m < i) into local memory,
  *      B = beta (V - e^G rk (K S)), P = rq_i rk_m (Q K^T) e^(G_i - G_m)
  *      (m <= i, in registers), Q S scaled by e^G rq;
- *   4. D = (I + A)^-1 B in f32 (the portable kernel's blockwise solve: the
- *      diagonal blocks inverted in place, four block steps);
+ *   4. D = (I + A)^-1 B in f32, blockwise: the diagonal blocks inverted,
+ *      their inverses applied to B's and A's blocks, three block steps;
  *   5. O = e^G rq (Q S) + P D with tensor cores;
  *   6. S <- e^(G_last) S + K^T (rk e^(G_last - G) D) with tensor cores.
  * Operands that are inputs (raw q, k rows) are exact in the operand type;
@@ -41,6 +41,9 @@
 #define WG_SIZE 128
 #define NWARPS 4
 #define GC GDN_CHUNK                      /* 64 rows: 16 per warp */
+#if GDN_CHUNK != 64
+#error "the kernel takes chunks of 64 rows (16 per warp, the scan of G as 32 lane pairs)"
+#endif
 #define KSTEPS (CV_K / 16)                /* k16 steps over K; also m16 tiles of S's rows */
 #define KT_PER_WARP ((KSTEPS + NWARPS - 1) / NWARPS)
 #define NT_V (CV_MVT / 8)                 /* n8 tiles of the V tile */
@@ -50,7 +53,6 @@
 #define SP (CV_MVT + 4)                   /* state and D pitches: B fragments' reads fall */
 #define DP (CV_MVT + 4)                   /* in distinct banks */
 #define X_WORDS (GC * KP / 2 > GC * AP ? GC * KP / 2 : GC * AP)
-#define SOLVE_PT ((16 * CV_MVT + WG_SIZE - 1) / WG_SIZE)
 
 // clvarlen-include: nv-mma.clh
 
@@ -237,57 +239,76 @@ inline void gdn_scale(__local float *A_l, __local float *D_l, __local const floa
     }
 }
 
-/* Step 4: D_l <- (I + A)^-1 D_l. The diagonal 16 x 16 blocks of A are
- * replaced by the strictly lower parts of their inverses (column j of block
- * rb by work-item 16 rb + j), then D_r = T_rr (D_r - A_rc D_c, c < r). */
+/* Step 4: D_l <- (I + A)^-1 D_l, blockwise over 16 x 16 blocks (r, c):
+ *   1. T_rr = (I + A_rr)^-1 (column j of block r by work-item 16 r + j), its
+ *      strictly lower part stored transposed in the (unused) strictly upper
+ *      part of A_rr, so that the inversion reads and writes disjoint words;
+ *   2. B_r <- T_rr B_r and A_rc <- T_rr A_rc (c < r) in place, one column of
+ *      one block per work-item, bottom row first (T_rr is unit lower
+ *      triangular: row i's result reads rows above it only);
+ *   3. D_r = B_r - sum_{c<r} A_rc D_c for r = 1, 2, 3, in place (each element
+ *      reads blocks already final).
+ * Five barriers, the last of them before A's words are reused. */
+#define SOLVE_TASKS (GC / 16 * CV_MVT + 6 * 16) /* columns of B's 4 blocks, of A's 6 */
 inline void gdn_solve(__local float *A_l, __local float *D_l)
 {
     const int lid = get_local_id(0);
-    float x[16];
     if (lid < GC) {
         const int rb = lid / 16, j = lid % 16;
+        __local float *Ab = A_l + 16 * rb * AP + 16 * rb;
+        /* column j of T_rr, zero above row j: the loops' bounds are constants
+         * (every row from 0, the zeros included), so x stays in registers */
+        float x[16];
+        UNROLL
         for (int ii = 0; ii < 16; ii++) {
             float s = ii == j ? 1.0f : 0.0f;
+            UNROLL
+            for (int mm = 0; mm < ii; mm++)
+                s -= Ab[ii * AP + mm] * x[mm];
             if (ii > j)
-                for (int mm = j; mm < ii; mm++)
-                    s -= A_l[(16 * rb + ii) * AP + 16 * rb + mm] * x[mm];
+                Ab[j * AP + ii] = s; /* T[ii][j] */
             x[ii] = s;
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (lid < GC) {
-        const int rb = lid / 16, j = lid % 16;
-        for (int ii = j + 1; ii < 16; ii++)
-            A_l[(16 * rb + ii) * AP + 16 * rb + j] = x[ii];
+    for (int e = lid; e < SOLVE_TASKS; e += WG_SIZE) {
+        int rb, stride, at;
+        __local float *m;
+        if (e < GC / 16 * CV_MVT) { /* column e % MVT of B's block e / MVT */
+            rb = e / CV_MVT;
+            m = D_l;
+            stride = DP;
+            at = 16 * rb * DP + e % CV_MVT;
+        } else { /* column of A_rc: (r, c) = (1,0) (2,0) (2,1) (3,0) (3,1) (3,2) */
+            const int f = e - GC / 16 * CV_MVT, p = f / 16;
+            rb = p < 1 ? 1 : p < 3 ? 2 : 3;
+            const int cb = p - (rb * (rb - 1)) / 2;
+            m = A_l;
+            stride = AP;
+            at = 16 * rb * AP + 16 * cb + f % 16;
+        }
+        __local const float *T = A_l + 16 * rb * AP + 16 * rb; /* T[ii][jj] = T[jj * AP + ii] */
+        float y[16];
+        UNROLL
+        for (int ii = 0; ii < 16; ii++)
+            y[ii] = m[at + ii * stride];
+        UNROLL
+        for (int ii = 15; ii > 0; ii--) {
+            float s = y[ii];
+            UNROLL
+            for (int jj = 0; jj < ii; jj++)
+                s += T[jj * AP + ii] * y[jj];
+            m[at + ii * stride] = s;
+        }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int rb = 0; rb < GC / 16; rb++) {
-        if (rb > 0) {
-            for (int e = lid; e < 16 * CV_MVT; e += WG_SIZE) {
-                const int row = 16 * rb + e / CV_MVT, c = e % CV_MVT;
-                float s = D_l[row * DP + c];
-                for (int m = 0; m < 16 * rb; m++)
-                    s -= A_l[row * AP + m] * D_l[m * DP + c];
-                D_l[row * DP + c] = s;
-            }
-            barrier(CLK_LOCAL_MEM_FENCE);
-        }
-        float r[SOLVE_PT];
-        for (int q = 0; q < SOLVE_PT; q++) {
-            const int e = lid + WG_SIZE * q, ii = e / CV_MVT, c = e % CV_MVT;
-            r[q] = 0.0f;
-            if (e < 16 * CV_MVT) {
-                float s = D_l[(16 * rb + ii) * DP + c];
-                for (int jj = 0; jj < ii; jj++)
-                    s += A_l[(16 * rb + ii) * AP + 16 * rb + jj] * D_l[(16 * rb + jj) * DP + c];
-                r[q] = s;
-            }
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (int q = 0; q < SOLVE_PT; q++) {
-            const int e = lid + WG_SIZE * q;
-            if (e < 16 * CV_MVT)
-                D_l[(16 * rb + e / CV_MVT) * DP + e % CV_MVT] = r[q];
+    for (int rb = 1; rb < GC / 16; rb++) {
+        for (int e = lid; e < 16 * CV_MVT; e += WG_SIZE) {
+            const int row = 16 * rb + e / CV_MVT, c = e % CV_MVT;
+            float s = D_l[row * DP + c];
+            for (int mm = 0; mm < 16 * rb; mm++)
+                s -= A_l[row * AP + mm] * D_l[mm * DP + c];
+            D_l[row * DP + c] = s;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
@@ -329,37 +350,48 @@ inline void gdn_output(__local const float *D_l, float4 *qk, float4 *o_acc, __gl
 }
 
 /* Step 6: the warp's m16 tiles of state rows (tile w, w + 4, ...):
- * S <- e^(G_last) S + K^T (w D), w_i = rk_i e^(G_last - G_i). */
+ * S <- e^(G_last) S + K^T (w D), w_i = rk_i e^(G_last - G_i). The k16 steps
+ * outside the tiles: each (w D) fragment is formed once for all the tiles. */
 inline void gdn_state_update(__local float *S_l, __local const ushort *Kc,
                              __local const float *D_l, __local const float *w_l, float eGl
                              GDN_EMU_P)
 {
     const int lane = get_local_id(0) & 31, g = lane >> 2, t = lane & 3;
     const int warp = get_local_id(0) >> 5;
+    float4 acc[KT_PER_WARP][NT_V];
+    UNROLL
     for (int j = 0; j < KT_PER_WARP; j++) {
         const int mt = warp + NWARPS * j;
         const bool mine = mt < KSTEPS; /* the emulation needs every warp in every mma */
-        float4 acc[NT_V];
         for (int n = 0; n < NT_V; n++) {
             float c[4];
             for (int e = 0; e < 4; e++) {
                 const int row = 16 * mt + g + 8 * (e >> 1), col = 8 * n + 2 * t + (e & 1);
                 c[e] = mine ? eGl * S_l[row * SP + col] : 0.0f;
             }
-            acc[n] = (float4)(c[0], c[1], c[2], c[3]);
+            acc[j][n] = (float4)(c[0], c[1], c[2], c[3]);
         }
-        for (int kb = 0; kb < GC / 16; kb++) {
-            const uint4 a = mine ? gdn_afrag_t(Kc, 16 * mt, 16 * kb) : (uint4)(0u);
+    }
+    for (int kb = 0; kb < GC / 16; kb++) {
+        uint h0[NT_V], h1[NT_V], l0[NT_V], l1[NT_V];
+        UNROLL
+        for (int n = 0; n < NT_V; n++)
+            gdn_bfrag_f32(D_l, DP, 16 * kb, 8 * n + g, w_l, &h0[n], &h1[n], &l0[n], &l1[n]);
+        UNROLL
+        for (int j = 0; j < KT_PER_WARP; j++) {
+            const int mt = warp + NWARPS * j;
+            const uint4 a = mt < KSTEPS ? gdn_afrag_t(Kc, 16 * mt, 16 * kb) : (uint4)(0u);
             UNROLL
-            for (int n = 0; n < NT_V; n++) {
-                uint h0, h1, l0, l1;
-                gdn_bfrag_f32(D_l, DP, 16 * kb, 8 * n + g, w_l, &h0, &h1, &l0, &l1);
-                acc[n] = gdn_mma_x(a, h0, h1, l0, l1, acc[n] GDN_EMU);
-            }
+            for (int n = 0; n < NT_V; n++)
+                acc[j][n] = gdn_mma_x(a, h0[n], h1[n], l0[n], l1[n], acc[j][n] GDN_EMU);
         }
-        if (mine)
+    }
+    UNROLL
+    for (int j = 0; j < KT_PER_WARP; j++) {
+        const int mt = warp + NWARPS * j;
+        if (mt < KSTEPS)
             for (int n = 0; n < NT_V; n++) {
-                const float c[4] = {acc[n].x, acc[n].y, acc[n].z, acc[n].w};
+                const float c[4] = {acc[j][n].x, acc[j][n].y, acc[j][n].z, acc[j][n].w};
                 for (int e = 0; e < 4; e++) {
                     const int row = 16 * mt + g + 8 * (e >> 1), col = 8 * n + 2 * t + (e & 1);
                     S_l[row * SP + col] = c[e];
@@ -469,13 +501,23 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void gdn_chunked_m
                 rk_l[i0 + g + 8 * r] = l2 ? rsqrt(nk[r] + 1e-6f) : 1.0f;
                 rq_l[i0 + g + 8 * r] = (l2 ? rsqrt(nq[r] + 1e-6f) : 1.0f) * scale;
             }
-        /* G, the running sum of g; here, after the products: PoCL 3.1 gave wrong
-         * outputs with this branch placed before them */
-        if (lid == 0) {
-            float s = 0.0f;
-            for (int r = 0; r < GC; r++) {
-                s += g_l[r];
-                G_l[r] = s;
+        /* G, the running sum of g: a butterfly scan over shuffles of the 64
+         * gates as 32 lane pairs, five steps in every warp (work-group uniform,
+         * as the emulation needs); warp 0 stores it. Here, after the products:
+         * PoCL 3.1 gave wrong outputs with the former serial sum (a branch on
+         * lid == 0) placed before them. */
+        {
+            const float g0 = g_l[2 * lane], g1 = g_l[2 * lane + 1];
+            float tot = g0 + g1, ex = 0.0f; /* the lane group's sum; the sum before it */
+            for (int d = 1; d < 32; d <<= 1) {
+                const float y = shfl_xor(tot, d);
+                if (lane & d)
+                    ex += y;
+                tot += y;
+            }
+            if (lid < 32) {
+                G_l[2 * lane] = ex + g0;
+                G_l[2 * lane + 1] = (ex + g0) + g1;
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* norms and G ready; Kc read for the last time */
