@@ -602,7 +602,10 @@ typedef enum clvarlen_state_layout {
 typedef enum clvarlen_gdn_algorithm {
     /** Chunked for sequences at least as long as the device's threshold, token by token for
      * the others (and for every sequence on devices whose tuning sets no threshold). The choice
-     * is made per sequence, so a sequence's result never depends on the rest of the batch. */
+     * is made per sequence, so a sequence's result never depends on the rest of the batch;
+     * except that the cl_mem entry point, which cannot see the lengths, runs every sequence
+     * token by token when the batch averages fewer than 16 tokens per sequence (decode
+     * batches), so a long sequence in such a batch gets the token-by-token result. */
     CLVARLEN_GDN_AUTO = 0,
     /** Token by token for every sequence. */
     CLVARLEN_GDN_RECURRENT = 1,

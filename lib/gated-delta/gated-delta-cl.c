@@ -28,6 +28,9 @@ typedef struct gdn_tiles {
  * 243) took 2.5 ms chunked against 6.2 ms token by token; 16 / 16384 3.8 ms
  * against 12.9 ms. Shorter than a chunk was not measured. */
 #define GDN_MMA_CHUNK_MIN 64
+/* AUTO on the cl_mem entry point (lengths stay on the device): the chunked
+ * kernel runs only for batches of at least this many tokens per sequence. */
+#define GDN_AUTO_MIN_AVG 16
 
 /* Local memory of gdn_chunked_mma, as declared there: the k rows / A union,
  * the state and D tiles, six per-token arrays and, emulated, the lanes'
@@ -425,7 +428,14 @@ clvarlen_status cv_gdn_cl_run(clvarlen_context *ctx, const char *fn, const clvar
             plan.chunked = plan.chunk_min > 0 && p->fixed_seqlen >= plan.chunk_min;
             plan.recurrent = !plan.chunked;
         } else {
-            plan.chunked = plan.chunk_min > 0 && T >= plan.chunk_min;
+            /* AUTO launches the chunked kernel only for batches of at least
+             * GDN_AUTO_MIN_AVG tokens per sequence on average: its grid covers every
+             * (sequence, head, V tile), and for decode batches (one token each) the
+             * empty work-groups alone cost 12% of the call (H100, N 256: 507 against
+             * 445 us). A long sequence among many short ones then runs token by
+             * token, which is slower for it but the same result. */
+            plan.chunked = plan.chunk_min > 0 && T >= plan.chunk_min &&
+                           (plan.chunk_min == 1 || T >= N * GDN_AUTO_MIN_AVG);
             plan.recurrent = !(plan.chunk_min == 1);
         }
     }
