@@ -150,14 +150,11 @@ static void gdn_resolve_tiles(const clvarlen_context *ctx, const cv_gdn_problem 
     t->vt = vt;
     t->tk = tk;
 
-    /* the chunked kernel assumes 64 <= work-group <= 256 (rows are work-items).
-     * PoCL (3.1, pthread) miscompiles it wider than 64: a branch on the local
-     * id (if (lid < 64), as in gdn_chunked) is taken by every work-item of
-     * the group, so the output comes out zero and the state wrong (Oclgrind
-     * finds no fault at 128 or 256), so PoCL keeps 64 whatever the tuning says. */
+    /* the chunked kernel assumes 64 <= work-group <= 256 (rows are work-items);
+     * the device table's cap holds whatever the tuning says (PoCL: 64) */
+    if (tu->gdn_chunk_wg_max)
+        cwg = CV_MIN(cwg, (int)tu->gdn_chunk_wg_max);
     cwg = (int)cv_pow2_floor(CV_MAX(64, CV_MIN(cwg, 256)));
-    if (strstr(ctx->device.platform_name, "Portable Computing Language"))
-        cwg = 64;
     t->ks = 16;
     t->cwg = cwg;
     t->cvt = 0;

@@ -77,6 +77,10 @@ void cv_tuning_for(const clvarlen_device_info *info, cv_tuning *t)
         t->gdn_k_lanes = 1; /* PoCL was fastest with no column split */
         t->gdn_chunk_v_tile = 32;
         t->gdn_chunk_wg = 64;
+        /* PoCL (3.1, pthread) miscompiles the chunked kernel wider than 64: a branch
+         * on the local id (if (lid < 64)) is taken by every work-item of the group,
+         * so the output comes out zero (Oclgrind finds no fault at 128 or 256) */
+        t->gdn_chunk_wg_max = 64;
         t->attn_block_m = 16;
         t->attn_block_n = 32;
         t->attn_wg = 16;

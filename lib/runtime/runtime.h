@@ -50,6 +50,7 @@ typedef struct cv_tuning {
     size_t gdn_chunk_min;  /* gated delta: shortest sequence run chunked (AUTO); 0: never */
     size_t gdn_chunk_v_tile; /* gated delta chunked: V columns per work-group; 0: default */
     size_t gdn_chunk_wg;   /* gated delta chunked: work-group size (64, 128 or 256); 0: default */
+    size_t gdn_chunk_wg_max; /* gated delta chunked: a cap no tuning override lifts; 0: none */
     size_t attn_block_m;   /* attention: query rows per work-group */
     size_t attn_block_n;   /* attention: keys per staged tile */
     size_t attn_wg;        /* attention: work-group size */
