@@ -172,10 +172,11 @@ inline void gdn_products(__local const ushort *Kc, __local const float *S_l,
                          __global const ushort *qh, long q_stride, int nr, float4 *kk,
                          float4 *qk, float4 *ks, float4 *qs, float *nk, float *nq GDN_EMU_P)
 {
+    /* S_l NULL (gdn_chunk_prep): K K^T, Q K^T and the norms only */
     const int i0 = 16 * (get_local_id(0) >> 5), g = (get_local_id(0) & 31) >> 2;
     for (int n = 0; n < NT_C; n++)
         kk[n] = qk[n] = (float4)(0.0f);
-    for (int n = 0; n < NT_V; n++)
+    for (int n = 0; n < NT_V && S_l; n++)
         ks[n] = qs[n] = (float4)(0.0f);
     for (int s = 0; s < KSTEPS; s++) {
         const int pairs = ((ulong)qh & 3) == 0 && (q_stride & 1) == 0;
@@ -193,6 +194,8 @@ inline void gdn_products(__local const ushort *Kc, __local const float *S_l,
             kk[n] = mma16816(kf, b0, b1, kk[n]);
             qk[n] = mma16816(qf, b0, b1, qk[n]);
         }
+        if (!S_l)
+            continue;
         UNROLL
         for (int n = 0; n < NT_V; n++) {
             uint h0, h1, l0, l1;
@@ -205,10 +208,9 @@ inline void gdn_products(__local const ushort *Kc, __local const float *S_l,
 
 /* Step 3 for the warp's rows: A into local memory, P in place of Q K^T, B
  * into D_l, Q S scaled. Rows past the chunk's end have beta = 0 and v = 0. */
-inline void gdn_scale(__local float *A_l, __local float *D_l, __local const float *G_l,
-                      __local const float *beta_l, __local const float *rk_l,
-                      __local const float *rq_l, float4 *kk, float4 *qk, float4 *ks, float4 *qs,
-                      __global const uchar *vb, long v_stride, long c0, int nr, int h, int v0)
+inline void gdn_scale_ap(__local float *A_l, __local const float *G_l,
+                         __local const float *beta_l, __local const float *rk_l,
+                         __local const float *rq_l, float4 *kk, float4 *qk)
 {
     const int lane = get_local_id(0) & 31, g = lane >> 2, t = lane & 3;
     const int i0 = 16 * (get_local_id(0) >> 5);
@@ -223,6 +225,16 @@ inline void gdn_scale(__local float *A_l, __local float *D_l, __local const floa
         }
         qk[n] = (float4)(p[0], p[1], p[2], p[3]);
     }
+}
+
+inline void gdn_scale(__local float *A_l, __local float *D_l, __local const float *G_l,
+                      __local const float *beta_l, __local const float *rk_l,
+                      __local const float *rq_l, float4 *kk, float4 *qk, float4 *ks, float4 *qs,
+                      __global const uchar *vb, long v_stride, long c0, int nr, int h, int v0)
+{
+    const int lane = get_local_id(0) & 31, g = lane >> 2, t = lane & 3;
+    const int i0 = 16 * (get_local_id(0) >> 5);
+    gdn_scale_ap(A_l, G_l, beta_l, rk_l, rq_l, kk, qk);
     for (int n = 0; n < NT_V; n++) {
         float x[4] = {ks[n].x, ks[n].y, ks[n].z, ks[n].w};
         float y[4] = {qs[n].x, qs[n].y, qs[n].z, qs[n].w};
@@ -249,9 +261,9 @@ inline void gdn_scale(__local float *A_l, __local float *D_l, __local const floa
  *   3. D_r = B_r - sum_{c<r} A_rc D_c for r = 1, 2, 3, in place (each element
  *      reads blocks already final).
  * Five barriers, the last of them before A's words are reused. */
-#define SOLVE_TASKS (GC / 16 * CV_MVT + 6 * 16) /* columns of B's 4 blocks, of A's 6 */
-inline void gdn_solve(__local float *A_l, __local float *D_l)
+inline void gdn_solve(__local float *A_l, __local float *D_l, const int ncol, const int DPn)
 {
+    const int tasks = GC / 16 * ncol + 6 * 16; /* columns of B's 4 blocks, of A's 6 */
     const int lid = get_local_id(0);
     if (lid < GC) {
         const int rb = lid / 16, j = lid % 16;
@@ -271,16 +283,16 @@ inline void gdn_solve(__local float *A_l, __local float *D_l)
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int e = lid; e < SOLVE_TASKS; e += WG_SIZE) {
+    for (int e = lid; e < tasks; e += WG_SIZE) {
         int rb, stride, at;
         __local float *m;
-        if (e < GC / 16 * CV_MVT) { /* column e % MVT of B's block e / MVT */
-            rb = e / CV_MVT;
+        if (e < GC / 16 * ncol) { /* column e % ncol of B's block e / ncol */
+            rb = e / ncol;
             m = D_l;
-            stride = DP;
-            at = 16 * rb * DP + e % CV_MVT;
+            stride = DPn;
+            at = 16 * rb * DPn + e % ncol;
         } else { /* column of A_rc: (r, c) = (1,0) (2,0) (2,1) (3,0) (3,1) (3,2) */
-            const int f = e - GC / 16 * CV_MVT, p = f / 16;
+            const int f = e - GC / 16 * ncol, p = f / 16;
             rb = p < 1 ? 1 : p < 3 ? 2 : 3;
             const int cb = p - (rb * (rb - 1)) / 2;
             m = A_l;
@@ -303,12 +315,12 @@ inline void gdn_solve(__local float *A_l, __local float *D_l)
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int rb = 1; rb < GC / 16; rb++) {
-        for (int e = lid; e < 16 * CV_MVT; e += WG_SIZE) {
-            const int row = 16 * rb + e / CV_MVT, c = e % CV_MVT;
-            float s = D_l[row * DP + c];
+        for (int e = lid; e < 16 * ncol; e += WG_SIZE) {
+            const int row = 16 * rb + e / ncol, c = e % ncol;
+            float s = D_l[row * DPn + c];
             for (int mm = 0; mm < 16 * rb; mm++)
-                s -= A_l[row * AP + mm] * D_l[mm * DP + c];
-            D_l[row * DP + c] = s;
+                s -= A_l[row * AP + mm] * D_l[mm * DPn + c];
+            D_l[row * DPn + c] = s;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
@@ -526,7 +538,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void gdn_chunked_m
             w_l[r] = rk_l[r] * exp(G_last - G_l[r]);
         gdn_scale(A_l, D_l, G_l, beta_l, rk_l, rq_l, kk, qk, ks, qs, vb, v_stride, c0, nr, h, v0);
         barrier(CLK_LOCAL_MEM_FENCE);
-        gdn_solve(A_l, D_l);
+        gdn_solve(A_l, D_l, CV_MVT, DP);
         gdn_stage_k(Kc, kh, k_stride, nr); /* A is done: the k rows again, for K^T D */
         barrier(CLK_LOCAL_MEM_FENCE);
         gdn_output(D_l, qk, qs, o + o_off, o_stride, c0, nr, h, v0 GDN_EMU);
@@ -542,6 +554,143 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void gdn_chunked_m
                          slot * slot_pitch + head_off + gdn_state_at(skv, kk, v0 + vv),
                          S_l[kk * SP + vv]);
         }
+    }
+    GDN_END_BARRIER();
+}
+
+/* ------------------------------------------------------------------------
+ * gdn_chunk_prep: the first stage of the two-stage chunked path (the second,
+ * gdn_chunk_scan, is cl/gated-delta-scan.cl). One work-group per (chunk slot,
+ * value head h0 + 0 .. hcount - 1), all in parallel: steps 1-4 above without
+ * the state, with B = I, so the solve leaves T = (I + A)^-1. Writes to the
+ * slot's scratch: T and P (P[i][m] = rq_i rk_m (q_i . k_m) e^(G_i - G_m) for
+ * m <= i, else 0; rq with the scale), 16 KiB each as the scan's B fragments
+ * (below), then the rows' G, beta, rk, rq (floats). Sequence n's chunks take slots bos_n / 64 + n + j,
+ * j = 0, 1, ...: disjoint for any lengths, all below total / 64 + n_seqs + 1
+ * (n_slots); a slot that is no sequence's chunk writes nothing.
+ */
+#define TP (GC + 4) /* T's pitch in local memory */
+#define SCR_FLOATS (2 * GC * GC + 4 * GC)
+
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
+gdn_chunk_prep(GDN_ARGS, __global float *scr, long n_slots, int h0, int hcount)
+{
+    __local uint X_l[X_WORDS] __attribute__((aligned(16))); /* k rows (16-bit), or A (f32) */
+    __local float D_l[GC * TP];                              /* I, then T */
+    __local float g_l[GC], G_l[GC], beta_l[GC], rk_l[GC], rq_l[GC];
+    EMU_DECL
+#ifndef CV_NV_PTX
+    __local uint *emu = emu_scratch;
+#endif
+    __local ushort *Kc = (__local ushort *)X_l;
+    __local float *A_l = (__local float *)X_l;
+
+    const int lid = get_local_id(0), lane = lid & 31, g = lane >> 2, t = lane & 3;
+    const int i0 = 16 * (lid >> 5);
+    const long grp = get_group_id(0);
+    const int h = h0 + (int)(grp % hcount);
+    const long x = grp / hcount;
+    if (x >= n_slots || n_seqs <= 0 || ((flags & GDN_HAS_CHECK) && check[0] != 0))
+        return;
+    /* the sequence: the last n with bos_n / 64 + n <= x (strictly increasing in n) */
+    long lo = 0, hi = n_seqs - 1, bos, eos;
+    while (lo < hi) {
+        const long mid = (lo + hi + 1) / 2;
+        gdn_bounds(cu, cu_off, fixed_len, total, flags, mid, &bos, &eos);
+        if (bos / GC + mid <= x)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    gdn_bounds(cu, cu_off, fixed_len, total, flags, lo, &bos, &eos);
+    const long c0 = bos + (x - (bos / GC + lo)) * GC;
+    if (eos <= bos || eos - bos < chunk_min || c0 < bos || c0 >= eos)
+        return;
+    const int nr = (int)min((long)GC, eos - c0);
+    const int hq = h / group, l2 = (flags & GDN_L2NORM) != 0;
+    const float A = exp(CV_CPTR(float, A_log, A_log_off)[h]);
+    const float bias = gdn_bias(dt_bias, dt_bias_off, h, flags);
+    __global const uchar *ab = a + a_off, *bb = b + b_off;
+    __global const ushort *kh = CV_CPTR(ushort, k, k_off) + c0 * k_stride + (long)hq * CV_K;
+    __global const ushort *qh = CV_CPTR(ushort, q, q_off) + c0 * q_stride + (long)hq * CV_K;
+
+    gdn_stage_k(Kc, kh, k_stride, nr);
+    for (int r = lid; r < GC; r += WG_SIZE) {
+        float gr = 0.0f, be = 0.0f;
+        if (r < nr) {
+            const float xa = LOAD_ACT(ab, (c0 + r) * a_stride + h) + bias;
+            gr = -A * gdn_softplus(xa, sp_beta, sp_threshold);
+            be = 1.0f / (1.0f + exp(-LOAD_ACT(bb, (c0 + r) * b_stride + h)));
+        }
+        g_l[r] = gr;
+        beta_l[r] = be;
+    }
+    for (int e = lid; e < GC * GC; e += WG_SIZE)
+        D_l[(e / GC) * TP + e % GC] = (e / GC == e % GC) ? 1.0f : 0.0f;
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    float4 kk[NT_C], qk[NT_C], unused[1];
+    float nk[2] = {0.0f, 0.0f}, nq[2] = {0.0f, 0.0f};
+    gdn_products(Kc, NULL, qh, q_stride, nr, kk, qk, unused, unused, nk, nq GDN_EMU);
+    for (int r = 0; r < 2; r++) {
+        nk[r] = gdn_quad_sum(nk[r] GDN_EMU);
+        nq[r] = gdn_quad_sum(nq[r] GDN_EMU);
+    }
+    if (t == 0)
+        for (int r = 0; r < 2; r++) {
+            rk_l[i0 + g + 8 * r] = l2 ? rsqrt(nk[r] + 1e-6f) : 1.0f;
+            rq_l[i0 + g + 8 * r] = (l2 ? rsqrt(nq[r] + 1e-6f) : 1.0f) * scale;
+        }
+    { /* G: the butterfly scan of gdn_chunked_mma */
+        const float g0 = g_l[2 * lane], g1 = g_l[2 * lane + 1];
+        float tot = g0 + g1, ex = 0.0f;
+        for (int d = 1; d < 32; d <<= 1) {
+            const float y = shfl_xor(tot, d);
+            if (lane & d)
+                ex += y;
+            tot += y;
+        }
+        if (lid < 32) {
+            G_l[2 * lane] = ex + g0;
+            G_l[2 * lane + 1] = (ex + g0) + g1;
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE); /* norms and G ready; Kc read for the last time */
+    gdn_scale_ap(A_l, G_l, beta_l, rk_l, rq_l, kk, qk);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    gdn_solve(A_l, D_l, GC, TP);
+
+    /* P into A's place (the solve is done with A), then T and P out as the scan's
+     * B fragments of T^T and P^T: per (n8 tile i, k16 step kb <= i / 2) and lane
+     * (g, t), the rounded pairs of row 8 i + g, columns 16 kb + 2 t (+ 1) and
+     * + 8 (+ 9), then the pairs of their remainders: one 16-byte load there */
+    for (int n = 0; n < NT_C; n++) {
+        const int m = 8 * n + 2 * t;
+        A_l[(i0 + g) * AP + m] = qk[n].x;
+        A_l[(i0 + g) * AP + m + 1] = qk[n].y;
+        A_l[(i0 + g + 8) * AP + m] = qk[n].z;
+        A_l[(i0 + g + 8) * AP + m + 1] = qk[n].w;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    __global float *sp = scr + (x * hcount + (h - h0)) * (long)SCR_FLOATS;
+    __global uint4 *fr = (__global uint4 *)sp;
+    for (int e = lid; e < 2 * 32 * 32; e += WG_SIZE) {
+        const int which = e >> 10, tile = (e >> 5) & 31, ln = e & 31;
+        const int i = tile >> 2, kb = tile & 3;
+        if (kb > i / 2)
+            continue; /* right of the diagonal: never read */
+        const int row = 8 * i + (ln >> 2), col = 16 * kb + 2 * (ln & 3);
+        __local const float *src = which ? A_l + row * AP + col : D_l + row * TP + col;
+        uint h0w, h1w, l0w, l1w;
+        nv_split2(src[0], src[1], &h0w, &l0w);
+        nv_split2(src[8], src[9], &h1w, &l1w);
+        fr[e] = (uint4)(h0w, h1w, l0w, l1w);
+    }
+    for (int r = lid; r < GC; r += WG_SIZE) {
+        sp[2 * GC * GC + r] = G_l[r];
+        sp[2 * GC * GC + GC + r] = beta_l[r];
+        sp[2 * GC * GC + 2 * GC + r] = rk_l[r];
+        sp[2 * GC * GC + 3 * GC + r] = rq_l[r];
     }
     GDN_END_BARRIER();
 }

@@ -92,7 +92,11 @@ END_TEST
  * 32- and 16-column tiles), K = 16 and 32, with and without the L2 norm. */
 START_TEST(mma_chunked)
 {
-    static const char *const tuning[4] = {"mma=1", "mma=1,mvt=16", "mma=1", "mma=1,mvt=64"};
+    /* 0-3: the two-stage path (gdn_chunk_prep, gdn_chunk_scan) with 4, 2, 1 and
+     * 8 warps per scan group; 4-7: the fused kernel (gdn_chunked_mma) */
+    static const char *const tuning[8] = {
+        "mma=1,scan=1",      "mma=1,scan=1,sw=2", "mma=1,scan=1,sw=1",   "mma=1,scan=1,sw=8",
+        "mma=1,scan=0",      "mma=1,scan=0,mvt=16", "mma=1,scan=0",      "mma=1,scan=0,mvt=64"};
     setenv("CLVARLEN_GDN_TUNING", tuning[_i], 1);
     static const int32_t lengths[7] = {200, 64, 65, 1, 0, 63, 130};
     static const int32_t idx[7] = {5, 0, -1, 2, 3, 1, -1};
@@ -107,10 +111,10 @@ START_TEST(mma_chunked)
     cfg.use_pool = 1;
     cfg.slots = 7;
     cfg.indices = idx;
-    cfg.l2norm = _i != 3;
+    cfg.l2norm = (_i & 3) != 3;
     cfg.dtype = _i & 2 ? CLVARLEN_DTYPE_F16 : CLVARLEN_DTYPE_BF16;
     cfg.layout = _i & 1 ? CLVARLEN_STATE_KV : CLVARLEN_STATE_VK;
-    cfg.disable_update = _i == 2;
+    cfg.disable_update = (_i & 3) == 2;
     cfg.algorithm = CLVARLEN_GDN_CHUNKED;
     gdn_case c;
     gdn_case_make(&c, &cfg);
@@ -123,7 +127,7 @@ END_TEST
  * of the same test runs the portable chunked kernel). */
 START_TEST(mma_large_heads)
 {
-    setenv("CLVARLEN_GDN_TUNING", "mma=1", 1);
+    setenv("CLVARLEN_GDN_TUNING", "mma=1,scan=1", 1);
     gdn_t_large_heads(gdn_ctx, CLVARLEN_GDN_CHUNKED);
 }
 END_TEST
@@ -422,7 +426,7 @@ void gdn_add_cl_cases(TCase *oracle, TCase *api)
     tcase_add_loop_test(oracle, chunked_vs_recurrent, 0, 3);
     tcase_add_test(oracle, auto_per_sequence);
     tcase_add_test(oracle, chunked_wide_group);
-    tcase_add_loop_test(oracle, mma_chunked, 0, 4);
+    tcase_add_loop_test(oracle, mma_chunked, 0, 8);
     tcase_add_test(oracle, mma_large_heads);
     tcase_add_loop_test(api, cl_mem_matches_host, 0, 2);
     tcase_add_loop_test(api, cl_mem_device_checks, 0, 2);

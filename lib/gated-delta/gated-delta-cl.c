@@ -19,6 +19,10 @@ typedef struct gdn_tiles {
     int mma, mvt;      /* chunked: the tensor-core kernel (gated-delta-mma.cl), its V tile */
     int ptx;           /* ... with inline PTX (else its emulated form) */
     int split;         /* ... computed operands as rounded part + remainder (0: rounded) */
+    int scan, sw;      /* ... as two stages (gdn_chunk_prep, gdn_chunk_scan): 1 always, -1 for
+                        * batches whose longest sequence is at most GDN_SCAN_LONGEST, 0 never;
+                        * the scan's warps per group */
+    int only;          /* tuning sweeps: launch only stage 1 or 2 (wrong results; 0: both) */
     int64_t chunk_min; /* AUTO: sequences at least this long run chunked */
 } gdn_tiles;
 
@@ -43,6 +47,31 @@ static size_t gdn_mma_local_bytes(int K, int mvt, int ptx)
     return words * 4;
 }
 
+/* The two-stage tensor-core path: scratch floats per (chunk slot, head), as
+ * in cl/gated-delta-scan.cl (T, P, four per-row arrays), and the scratch this
+ * launcher lets one call use before it splits the heads into groups. */
+#define GDN_SCR_FLOATS (2 * GDN_CHUNK * GDN_CHUNK + 4 * GDN_CHUNK)
+#define GDN_SCR_CAP ((size_t)512 << 20)
+/* AUTO between the two tensor-core forms: batches whose longest sequence (mean
+ * length on the cl_mem entry point) is at most this run in two stages, longer
+ * ones fused. H100, H 16, HV 32, K = V = 128, bf16 (docs/PERFORMANCE.md): two
+ * stages won on 16 / 16384 (longest 1820), 64 / 8192 (243) and 256 / 65536
+ * (500); fused won on 4 / 32768 (10773), where the scan's per-chunk chain is
+ * the whole time. */
+#define GDN_SCAN_LONGEST 4096
+
+/* Local memory of gdn_chunk_prep (the k rows / A union, T, five per-row
+ * arrays) and of gdn_chunk_scan (k and q rows), with the emulation's lane
+ * scratch; the larger of the two. */
+static size_t gdn_scan_local_bytes(int K, int sw, int ptx)
+{
+    size_t x = (size_t)GDN_CHUNK * (K + 8) / 2, a = (size_t)GDN_CHUNK * (GDN_CHUNK + 1);
+    size_t prep = ((x > a ? x : a) + (size_t)GDN_CHUNK * (GDN_CHUNK + 4) + 5 * GDN_CHUNK +
+                   (ptx ? 0 : 128 * 6)) * 4;
+    size_t scan = (size_t)2 * GDN_CHUNK * (K + 8) * 2 + (ptx ? 0 : (size_t)32 * sw * 6 * 4);
+    return prep > scan ? prep : scan;
+}
+
 /* Local memory of gdn_chunked, as declared there: the state, B and R tiles,
  * the slab/A union, the diagonal-block inverses and five per-token arrays. */
 static size_t gdn_chunk_local_bytes(int K, int cvt, int ks)
@@ -57,9 +86,12 @@ static size_t gdn_chunk_local_bytes(int K, int cvt, int ks)
  * "wg=128,vt=16,tk=8,cwg=256,cvt=16,min=128" overrides the device table; "mma=1"
  * forces the tensor-core chunked kernel (emulated where there is no inline PTX,
  * how tests run it on PoCL), "mma=0" keeps the portable one, "mvt=N" its V tile,
- * "split=0" rounds its computed operands once (faster, less accurate). */
+ * "split=0" rounds its computed operands once (faster, less accurate), "scan=0" runs
+ * it as one fused kernel, "scan=1" always in two stages (default: by the batch's
+ * longest sequence, GDN_SCAN_LONGEST), "sw=N" the scan's warps per group,
+ * "only=1" / "only=2" launches only that stage (for timing it: results are wrong). */
 static void gdn_tuning_override(int *wg, int *vt, int *tk, int *cwg, int *cvt, int64_t *cmin,
-                                int *mma, int *mvt, int *split)
+                                int *mma, int *mvt, int *split, int *scan, int *sw, int *only)
 {
     const char *env = getenv("CLVARLEN_GDN_TUNING");
     if (!env)
@@ -86,6 +118,12 @@ static void gdn_tuning_override(int *wg, int *vt, int *tk, int *cwg, int *cvt, i
             *mvt = (int)val;
         else if (!strcmp(key, "split"))
             *split = val != 0;
+        else if (!strcmp(key, "scan"))
+            *scan = val < 0 ? -1 : val != 0;
+        else if (!strcmp(key, "sw"))
+            *sw = (int)val;
+        else if (!strcmp(key, "only"))
+            *only = (int)val;
         env += used;
         if (*env == ',')
             env++;
@@ -96,18 +134,24 @@ static void gdn_tuning_override(int *wg, int *vt, int *tk, int *cwg, int *cvt, i
  * 128, and its local memory within the device's. force: -1 auto, 0 off, 1 on
  * (emulated where there is no inline PTX). */
 static void gdn_resolve_mma(const clvarlen_context *ctx, const cv_gdn_problem *p, int force,
-                            int mvt, gdn_tiles *t)
+                            int mvt, int scan, int sw, gdn_tiles *t)
 {
     const bool nv = ctx->device.vendor == CLVARLEN_VENDOR_NVIDIA &&
                     ctx->device.cc_major >= 8 && ctx->tuning.nvidia_mma &&
                     !ctx->gdn_mma_refused;
     t->ptx = nv;
     t->mvt = CV_MIN(CV_MAX((int)cv_pow2_floor(CV_MAX(mvt, 8)), 8), 64);
+    t->sw = CV_MIN(CV_MAX((int)cv_pow2_floor(CV_MAX(sw, 1)), 1), 8);
     const uint64_t local = ctx->device.local_mem_bytes ? ctx->device.local_mem_bytes : 32768;
+    const uint64_t maxwg = ctx->device.max_work_group_size ? ctx->device.max_work_group_size : 256;
     const bool fits = (p->dtype == CLVARLEN_DTYPE_BF16 || p->dtype == CLVARLEN_DTYPE_F16) &&
                       p->K % 16 == 0 && p->K <= 128 &&
                       gdn_mma_local_bytes((int)p->K, t->mvt, t->ptx) <= local;
     t->mma = fits && (force == 1 || (force < 0 && nv));
+    t->scan = t->mma && scan && gdn_scan_local_bytes((int)p->K, t->sw, t->ptx) <= local &&
+                      (uint64_t)32 * t->sw <= maxwg
+                  ? scan
+                  : 0;
 }
 
 static void gdn_resolve_tiles(const clvarlen_context *ctx, const cv_gdn_problem *p, gdn_tiles *t)
@@ -128,10 +172,11 @@ static void gdn_resolve_tiles(const clvarlen_context *ctx, const cv_gdn_problem 
      * kernel wherever it was measured (H100: 19.9 vs 13.9 ms on 16 x 1k-token
      * prefill; PoCL: 2.3x), so no device enables it yet. */
     int64_t cmin = tu->gdn_chunk_min ? (int64_t)tu->gdn_chunk_min : 0;
-    int mma = -1, mvt = 32, split = 1;
-    gdn_tuning_override(&wg, &vt, &tk, &cwg, &cvt, &cmin, &mma, &mvt, &split);
+    int mma = -1, mvt = 32, split = 1, scan = -1, sw = 4, only = 0;
+    gdn_tuning_override(&wg, &vt, &tk, &cwg, &cvt, &cmin, &mma, &mvt, &split, &scan, &sw, &only);
+    t->only = only;
     t->split = split;
-    gdn_resolve_mma(ctx, p, mma, mvt, t);
+    gdn_resolve_mma(ctx, p, mma, mvt, scan, sw, t);
     if (t->mma && cmin == 0)
         cmin = GDN_MMA_CHUNK_MIN;
 
@@ -177,7 +222,7 @@ static clvarlen_status gdn_kernel(clvarlen_context *ctx, const cv_gdn_problem *p
                                   const gdn_tiles *t, const char *name, cl_kernel *kernel)
 {
     char opts[256];
-    if (strcmp(name, "gdn_chunked_mma") == 0) {
+    if (strcmp(name, "gdn_chunked_mma") == 0 || strcmp(name, "gdn_chunk_prep") == 0) {
         const int dt = cv_dtype_kernel_code(p->dtype);
         snprintf(opts, sizeof opts,
                  "-DCV_K=%d -DCV_V=%d -DCV_DT=%d -DCV_DTYPE=%d -DCV_ST_DT=%d -DCV_MVT=%d "
@@ -185,6 +230,15 @@ static clvarlen_status gdn_kernel(clvarlen_context *ctx, const cv_gdn_problem *p
                  (int)p->K, (int)p->V, dt, dt, cv_dtype_kernel_code(p->state_dtype), t->mvt,
                  t->split, t->ptx ? " -DCV_NV_PTX=1" : "");
         return cv_get_kernel(ctx, "gated-delta-mma.cl", opts, name, kernel);
+    }
+    if (strcmp(name, "gdn_chunk_scan") == 0) {
+        const int dt = cv_dtype_kernel_code(p->dtype);
+        snprintf(opts, sizeof opts,
+                 "-DCV_K=%d -DCV_V=%d -DCV_DT=%d -DCV_DTYPE=%d -DCV_ST_DT=%d -DCV_SW=%d "
+                 "-DCV_MMA_SPLIT=%d%s",
+                 (int)p->K, (int)p->V, dt, dt, cv_dtype_kernel_code(p->state_dtype), t->sw,
+                 t->split, t->ptx ? " -DCV_NV_PTX=1" : "");
+        return cv_get_kernel(ctx, "gated-delta-scan.cl", opts, name, kernel);
     }
     if (strcmp(name, "gdn_chunked") == 0)
         snprintf(opts, sizeof opts,
@@ -300,6 +354,7 @@ typedef struct gdn_plan {
     int recurrent;     /* launch the token kernel */
     int chunked;       /* launch the chunked kernel */
     int64_t chunk_min; /* sequences with at least this many tokens are the chunked kernel's */
+    int64_t longest;   /* the longest sequence, or on the cl_mem path the mean length */
 } gdn_plan;
 
 /* The device checks of the chain's flag: cu_seqlens, then the indices and
@@ -339,6 +394,61 @@ static clvarlen_status gdn_enqueue_checks(cv_chain *c, const cv_gdn_problem *p,
     return cv_chain_run(c, kc, "gdn_check", 1, &global, &local);
 }
 
+/* The two-stage tensor-core chunked path: per group of heads whose scratch
+ * fits GDN_SCR_CAP (at least one head), gdn_chunk_prep over every (chunk
+ * slot, head) and then gdn_chunk_scan over every (sequence, head, V tile).
+ * *fell_back: the scratch could not be had (nothing enqueued; the caller runs
+ * the fused kernel instead). */
+static clvarlen_status gdn_enqueue_scan(cv_chain *c, const cv_gdn_problem *p,
+                                        const cv_gdn_bufs *d, const gdn_tiles *t,
+                                        const gdn_plan *plan, int flags, int *fell_back)
+{
+    clvarlen_status st;
+    *fell_back = 0;
+    const size_t slot_bytes = (size_t)GDN_SCR_FLOATS * sizeof(float);
+    const cl_long n_slots = p->total_tokens / GDN_CHUNK + p->n_seqs + 1;
+    const size_t per_head = (size_t)n_slots * slot_bytes;
+    cl_int hcount = (cl_int)CV_MAX((size_t)1, CV_MIN((size_t)p->HV, GDN_SCR_CAP / per_head));
+    cl_mem scr;
+    if (cv_temp(c->ctx, per_head * (size_t)hcount, &scr) != CLVARLEN_SUCCESS) {
+        cv_log(c->ctx, CLVARLEN_LOG_INFO,
+               "gated delta: no scratch for the two-stage chunked path, running it fused");
+        cv_clear_error(c->ctx);
+        *fell_back = 1;
+        return CLVARLEN_SUCCESS;
+    }
+    cl_kernel kp, ks;
+    if ((st = gdn_kernel(c->ctx, p, t, "gdn_chunk_prep", &kp)) != CLVARLEN_SUCCESS ||
+        (st = gdn_kernel(c->ctx, p, t, "gdn_chunk_scan", &ks)) != CLVARLEN_SUCCESS)
+        return st;
+    const int vtiles = (int)((p->V + 16 * t->sw - 1) / (16 * t->sw));
+    for (cl_int h0 = 0; h0 < (cl_int)p->HV; h0 += hcount) {
+        cl_int hc = CV_MIN(hcount, (cl_int)p->HV - h0);
+        for (int stage = 0; stage < 2; stage++) {
+            if (t->only && t->only != stage + 1)
+                continue;
+            cl_kernel kk = stage ? ks : kp;
+            cv_args ar = cv_args_begin(kk);
+            gdn_set_args(&ar, p, d, flags, plan->chunk_min, c->flag);
+            cl_long ns = n_slots;
+            CV_ARG(ar, scr);
+            CV_ARG(ar, ns);
+            CV_ARG(ar, h0);
+            CV_ARG(ar, hc);
+            const char *name = stage ? "gdn_chunk_scan" : "gdn_chunk_prep";
+            if ((st = cv_cl_check(c->ctx, ar.err, name)) != CLVARLEN_SUCCESS)
+                return st;
+            const size_t local = stage ? (size_t)32 * t->sw : 128;
+            const size_t groups = stage ? (size_t)p->n_seqs * (size_t)hc * (size_t)vtiles
+                                        : (size_t)n_slots * (size_t)hc;
+            const size_t global = groups * local;
+            if ((st = cv_chain_run(c, kk, name, 1, &global, &local)) != CLVARLEN_SUCCESS)
+                return st;
+        }
+    }
+    return CLVARLEN_SUCCESS;
+}
+
 /* Enqueues the operation on device buffers (validated) on the chain. With a
  * check flag on the chain the checks run first and every kernel skips its
  * writes if a check bit is set. */
@@ -355,6 +465,14 @@ static clvarlen_status gdn_enqueue(cv_chain *c, const cv_gdn_problem *p, const c
         const int chunked = pass == 1;
         if (chunked ? !plan->chunked : !plan->recurrent)
             continue;
+        if (chunked && t->mma && (t->scan == 1 || (t->scan < 0 && plan->longest <=
+                                                                    GDN_SCAN_LONGEST))) {
+            int fell_back;
+            if ((st = gdn_enqueue_scan(c, p, d, t, plan, flags, &fell_back)) != CLVARLEN_SUCCESS)
+                return st;
+            if (!fell_back)
+                continue;
+        }
         const char *name = chunked ? (t->mma ? "gdn_chunked_mma" : "gdn_chunked") : "gdn_recurrent";
         cl_kernel kernel;
         st = gdn_kernel(c->ctx, p, t, name, &kernel);
@@ -404,6 +522,12 @@ static clvarlen_status gdn_chunk_policy(clvarlen_context *ctx, const char *fn,
         return CLVARLEN_SUCCESS;
     }
     *chunk_min = pa->algorithm == CLVARLEN_GDN_CHUNKED ? 1 : t->chunk_min; /* 0: never */
+    /* AUTO with the tensor-core path on a batch averaging a chunk or more per
+     * sequence: every sequence chunked, one path instead of the token kernel for
+     * the short ones beside it (H100: 64 / 8192 1.13 ms so against 1.32 ms) */
+    if (pa->algorithm == CLVARLEN_GDN_AUTO && t->mma && *chunk_min > 1 && p->n_seqs > 0 &&
+        p->total_tokens >= p->n_seqs * (int64_t)GDN_MMA_CHUNK_MIN)
+        *chunk_min = 1;
     return CLVARLEN_SUCCESS;
 }
 
@@ -424,6 +548,7 @@ clvarlen_status cv_gdn_cl_run(clvarlen_context *ctx, const char *fn, const clvar
         if (!d->cu.m) { /* fixed length: every sequence takes the same kernel */
             plan.chunked = plan.chunk_min > 0 && p->fixed_seqlen >= plan.chunk_min;
             plan.recurrent = !plan.chunked;
+            plan.longest = p->fixed_seqlen;
         } else {
             /* AUTO launches the chunked kernel only for batches of at least
              * GDN_AUTO_MIN_AVG tokens per sequence on average: its grid covers every
@@ -434,6 +559,7 @@ clvarlen_status cv_gdn_cl_run(clvarlen_context *ctx, const char *fn, const clvar
             plan.chunked = plan.chunk_min > 0 && T >= plan.chunk_min &&
                            (plan.chunk_min == 1 || T >= N * GDN_AUTO_MIN_AVG);
             plan.recurrent = !(plan.chunk_min == 1);
+            plan.longest = T / N;
         }
     }
     if (!plan.chunked)
@@ -465,6 +591,7 @@ static void gdn_pack_slots(const cv_gdn_problem *p, gdn_plan *plan, gdn_host *h)
         int64_t bos, eos;
         cv_gdn_bounds(p, n, &bos, &eos);
         const int64_t L = eos - bos;
+        plan->longest = CV_MAX(plan->longest, L);
         if (L > 0 && plan->chunk_min > 0 && L >= plan->chunk_min)
             plan->chunked = 1;
         else if (L > 0)

@@ -381,6 +381,12 @@ static clvarlen_status build_program(clvarlen_context *ctx, const char *file, co
         return st;
     }
     cv_log(ctx, CLVARLEN_LOG_INFO, "compiled %s/%s [%s]", dir, file, options);
+    if (ctx->base.log_level >= CLVARLEN_LOG_DEBUG) { /* e.g. register use, with -cl-nv-verbose */
+        char *log = build_log(ctx, p);
+        if (log && log[strspn(log, " \t\r\n")])
+            cv_log(ctx, CLVARLEN_LOG_DEBUG, "build log of %s [%s]:\n%s", file, options, log);
+        free(log);
+    }
     store_binary(ctx, p, &pk);
     free(source);
     *out = p;
@@ -392,6 +398,16 @@ clvarlen_status cv_get_kernel(clvarlen_context *ctx, const char *file, const cha
 {
     if (!options)
         options = "";
+    /* developer knob: CLVARLEN_BUILD_OPTIONS is appended to every program's
+     * options (e.g. -cl-nv-verbose, whose report CLVARLEN_LOG=debug prints) */
+    const char *extra = getenv("CLVARLEN_BUILD_OPTIONS");
+    char joined[1024];
+    if (extra && *extra) {
+        if ((size_t)snprintf(joined, sizeof joined, "%s %s", options, extra) >= sizeof joined)
+            return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT,
+                            "CLVARLEN_BUILD_OPTIONS: too long (%zu bytes)", strlen(extra));
+        options = joined;
+    }
     cv_program *prog = NULL;
     for (cv_program *p = ctx->programs; p; p = p->next)
         if (strcmp(p->file, file) == 0 && strcmp(p->options, options) == 0) {
