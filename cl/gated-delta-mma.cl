@@ -261,9 +261,13 @@ inline void gdn_scale(__local float *A_l, __local float *D_l, __local const floa
  *   3. D_r = B_r - sum_{c<r} A_rc D_c for r = 1, 2, 3, in place (each element
  *      reads blocks already final).
  * Five barriers, the last of them before A's words are reused. */
-inline void gdn_solve(__local float *A_l, __local float *D_l, const int ncol, const int DPn)
+inline void gdn_solve(__local float *A_l, __local float *D_l, const int ncol, const int DPn,
+                      const int ident)
 {
-    const int tasks = GC / 16 * ncol + 6 * 16; /* columns of B's 4 blocks, of A's 6 */
+    /* ident: B = I (64 columns), whose block row r is zero but for block column
+     * r, and D = T is zero right of the diagonal blocks: only those columns */
+    const int nb = ident ? 16 : ncol;          /* columns per block of B in step 2 */
+    const int tasks = GC / 16 * nb + 6 * 16;   /* columns of B's 4 blocks, of A's 6 */
     const int lid = get_local_id(0);
     if (lid < GC) {
         const int rb = lid / 16, j = lid % 16;
@@ -286,13 +290,13 @@ inline void gdn_solve(__local float *A_l, __local float *D_l, const int ncol, co
     for (int e = lid; e < tasks; e += WG_SIZE) {
         int rb, stride, at;
         __local float *m;
-        if (e < GC / 16 * ncol) { /* column e % ncol of B's block e / ncol */
-            rb = e / ncol;
+        if (e < GC / 16 * nb) { /* column e % nb of B's block e / nb */
+            rb = e / nb;
             m = D_l;
             stride = DPn;
-            at = 16 * rb * DPn + e % ncol;
+            at = 16 * rb * DPn + (ident ? 16 * rb : 0) + e % nb;
         } else { /* column of A_rc: (r, c) = (1,0) (2,0) (2,1) (3,0) (3,1) (3,2) */
-            const int f = e - GC / 16 * ncol, p = f / 16;
+            const int f = e - GC / 16 * nb, p = f / 16;
             rb = p < 1 ? 1 : p < 3 ? 2 : 3;
             const int cb = p - (rb * (rb - 1)) / 2;
             m = A_l;
@@ -315,8 +319,9 @@ inline void gdn_solve(__local float *A_l, __local float *D_l, const int ncol, co
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int rb = 1; rb < GC / 16; rb++) {
-        for (int e = lid; e < 16 * ncol; e += WG_SIZE) {
-            const int row = 16 * rb + e / ncol, c = e % ncol;
+        const int nc = ident ? 16 * rb : ncol; /* ident: the block columns left of r */
+        for (int e = lid; e < 16 * nc; e += WG_SIZE) {
+            const int row = 16 * rb + e / nc, c = e % nc;
             float s = D_l[row * DPn + c];
             for (int mm = 0; mm < 16 * rb; mm++)
                 s -= A_l[row * AP + mm] * D_l[mm * DPn + c];
@@ -538,7 +543,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void gdn_chunked_m
             w_l[r] = rk_l[r] * exp(G_last - G_l[r]);
         gdn_scale(A_l, D_l, G_l, beta_l, rk_l, rq_l, kk, qk, ks, qs, vb, v_stride, c0, nr, h, v0);
         barrier(CLK_LOCAL_MEM_FENCE);
-        gdn_solve(A_l, D_l, CV_MVT, DP);
+        gdn_solve(A_l, D_l, CV_MVT, DP, 0);
         gdn_stage_k(Kc, kh, k_stride, nr); /* A is done: the k rows again, for K^T D */
         barrier(CLK_LOCAL_MEM_FENCE);
         gdn_output(D_l, qk, qs, o + o_off, o_stride, c0, nr, h, v0 GDN_EMU);
@@ -564,13 +569,14 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void gdn_chunked_m
  * value head h0 + 0 .. hcount - 1), all in parallel: steps 1-4 above without
  * the state, with B = I, so the solve leaves T = (I + A)^-1. Writes to the
  * slot's scratch: T and P (P[i][m] = rq_i rk_m (q_i . k_m) e^(G_i - G_m) for
- * m <= i, else 0; rq with the scale), 16 KiB each as the scan's B fragments
- * (below), then the rows' G, beta, rk, rq (floats). Sequence n's chunks take slots bos_n / 64 + n + j,
+ * m <= i, else 0; rq with the scale) as the scan's B fragments (below; T's
+ * split, 16 KiB, P's rounded, 8 KiB), then the rows' G, beta, rk, rq (floats). Sequence n's chunks take slots bos_n / 64 + n + j,
  * j = 0, 1, ...: disjoint for any lengths, all below total / 64 + n_seqs + 1
  * (n_slots); a slot that is no sequence's chunk writes nothing.
  */
 #define TP (GC + 4) /* T's pitch in local memory */
-#define SCR_FLOATS (2 * GC * GC + 4 * GC)
+#define SCR_ROWS (GC * GC + GC * GC / 2) /* T^T's fragments 16 KiB, P^T's 8 KiB, then rows */
+#define SCR_FLOATS (SCR_ROWS + 4 * GC)
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 gdn_chunk_prep(GDN_ARGS, __global float *scr, long n_slots, int h0, int hcount)
@@ -658,12 +664,12 @@ gdn_chunk_prep(GDN_ARGS, __global float *scr, long n_slots, int h0, int hcount)
     barrier(CLK_LOCAL_MEM_FENCE); /* norms and G ready; Kc read for the last time */
     gdn_scale_ap(A_l, G_l, beta_l, rk_l, rq_l, kk, qk);
     barrier(CLK_LOCAL_MEM_FENCE);
-    gdn_solve(A_l, D_l, GC, TP);
+    gdn_solve(A_l, D_l, GC, TP, 1);
 
     /* P into A's place (the solve is done with A), then T and P out as the scan's
      * B fragments of T^T and P^T: per (n8 tile i, k16 step kb <= i / 2) and lane
      * (g, t), the rounded pairs of row 8 i + g, columns 16 kb + 2 t (+ 1) and
-     * + 8 (+ 9), then the pairs of their remainders: one 16-byte load there */
+     * + 8 (+ 9), then (T only) the pairs of their remainders */
     for (int n = 0; n < NT_C; n++) {
         const int m = 8 * n + 2 * t;
         A_l[(i0 + g) * AP + m] = qk[n].x;
@@ -674,6 +680,7 @@ gdn_chunk_prep(GDN_ARGS, __global float *scr, long n_slots, int h0, int hcount)
     barrier(CLK_LOCAL_MEM_FENCE);
     __global float *sp = scr + (x * hcount + (h - h0)) * (long)SCR_FLOATS;
     __global uint4 *fr = (__global uint4 *)sp;
+    __global uint2 *fp = (__global uint2 *)(sp + GC * GC);
     for (int e = lid; e < 2 * 32 * 32; e += WG_SIZE) {
         const int which = e >> 10, tile = (e >> 5) & 31, ln = e & 31;
         const int i = tile >> 2, kb = tile & 3;
@@ -684,13 +691,16 @@ gdn_chunk_prep(GDN_ARGS, __global float *scr, long n_slots, int h0, int hcount)
         uint h0w, h1w, l0w, l1w;
         nv_split2(src[0], src[1], &h0w, &l0w);
         nv_split2(src[8], src[9], &h1w, &l1w);
-        fr[e] = (uint4)(h0w, h1w, l0w, l1w);
+        if (which)
+            fp[e & 1023] = (uint2)(h0w, h1w);
+        else
+            fr[e] = (uint4)(h0w, h1w, l0w, l1w);
     }
     for (int r = lid; r < GC; r += WG_SIZE) {
-        sp[2 * GC * GC + r] = G_l[r];
-        sp[2 * GC * GC + GC + r] = beta_l[r];
-        sp[2 * GC * GC + 2 * GC + r] = rk_l[r];
-        sp[2 * GC * GC + 3 * GC + r] = rq_l[r];
+        sp[SCR_ROWS + r] = G_l[r];
+        sp[SCR_ROWS + GC + r] = beta_l[r];
+        sp[SCR_ROWS + 2 * GC + r] = rk_l[r];
+        sp[SCR_ROWS + 3 * GC + r] = rq_l[r];
     }
     GDN_END_BARRIER();
 }

@@ -46,13 +46,20 @@
 #define NT_K (CV_K / 8)       /* n8 tiles of S^T's K columns */
 #define NT_C (GC / 8)         /* n8 tiles over a chunk's rows */
 #define KP (CV_K + 8)         /* staged row pitch (16-bit elements): ldmatrix rows in distinct banks */
-#define SCR_T 0               /* scratch of one (chunk, head), in floats: T, P, G, beta, rk, rq */
+/* Scratch of one (chunk, head) as gdn_chunk_prep writes it, in floats: T^T's B
+ * fragments (uint4: rounded pairs, remainders; 32 tiles x 32 lanes), P^T's
+ * (uint2, rounded only: P reaches the output alone, not the state), then the
+ * rows' G, beta, rk, rq. */
+#define SCR_T 0
 #define SCR_P (GC * GC)
-#define SCR_G (2 * GC * GC)
+#define SCR_G (GC * GC + GC * GC / 2)
 #define SCR_BETA (SCR_G + GC)
 #define SCR_RK (SCR_G + 2 * GC)
 #define SCR_RQ (SCR_G + 3 * GC)
 #define SCR_FLOATS (SCR_G + 4 * GC)
+/* The second part of local memory: T^T's fragments (16 KiB), or the q rows and
+ * P^T's fragments (8 KiB), in 16-bit units. */
+#define SC_R2_SHORTS (GC * KP + 32 * 32 * 4 > 32 * 32 * 8 ? GC * KP + 32 * 32 * 4 : 32 * 32 * 8)
 
 // clvarlen-include: nv-mma.clh
 
@@ -98,17 +105,9 @@ inline float4 sc_mma_ab(uint4 ah, uint4 al, uint bh0, uint bh1, uint bl0, uint b
     return c;
 }
 
-/* B fragment of M^T (T^T, P^T) for n8 tile i and k16 step kb, as gdn_chunk_prep
- * laid it out: rounded pairs, then remainders. */
-inline void sc_bfrag_g(__global const float *m, int i, int kb, uint *h0, uint *h1, uint *l0,
-                       uint *l1)
-{
-    const uint4 f = ((__global const uint4 *)m)[(i * 4 + kb) * 32 + (get_local_id(0) & 31)];
-    *h0 = f.x;
-    *h1 = f.y;
-    *l0 = f.z;
-    *l1 = f.w;
-}
+/* Whether k16 step kb of n8 tile i of a lower triangular 64 x 64 matrix can
+ * be nonzero (the fragments' tiles right of the diagonal are never read). */
+#define SC_TILE_USED(i, kb) ((kb) <= (i) / 2)
 
 /* The chunk's rows (raw) of a 16-bit activation into local memory; rows at or
  * past nr are zero. */
@@ -132,12 +131,19 @@ inline void sc_stage(__local ushort *dst, __global const ushort *src, long strid
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hcount)
 {
-    __local ushort smem[2 * GC * KP] __attribute__((aligned(16))); /* k rows, then q rows */
+    /* k rows; then T^T's fragments, and after D the q rows and P^T's fragments
+     * in the same place (local memory holds no more on NVIDIA) */
+    __local ushort smem[GC * KP + SC_R2_SHORTS] __attribute__((aligned(16)));
+    __local float rows_l[4 * GC]; /* G, beta, rk, rq */
     EMU_DECL
 #ifndef CV_NV_PTX
     __local uint *emu = emu_scratch;
 #endif
     __local ushort *Kc = smem, *Qc = smem + GC * KP;
+    __local uint4 *Tl = (__local uint4 *)(smem + GC * KP);
+    __local uint2 *Pl = (__local uint2 *)(smem + 2 * GC * KP);
+    __local const float *G_l = rows_l, *beta_l = rows_l + GC, *rk_l = rows_l + 2 * GC,
+                        *rq_l = rows_l + 3 * GC;
 
     const int lid = get_local_id(0), lane = lid & 31, g = lane >> 2, t = lane & 3;
     const int warp = lid >> 5;
@@ -189,7 +195,11 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
         __global const ushort *qh = CV_CPTR(ushort, q, q_off) + c0 * q_stride + (long)hq * CV_K;
         barrier(CLK_LOCAL_MEM_FENCE); /* the last chunk's readers are done */
         sc_stage(Kc, kh, k_stride, nr);
-        sc_stage(Qc, qh, q_stride, nr);
+        for (int e = lid; e < 32 * 32; e += WG_SIZE)
+            if (SC_TILE_USED(e >> 7, (e >> 5) & 3))
+                Tl[e] = ((__global const uint4 *)(sp + SCR_T))[e];
+        for (int e = lid; e < 4 * GC; e += WG_SIZE)
+            rows_l[e] = sp[SCR_G + e];
         barrier(CLK_LOCAL_MEM_FENCE);
 
         /* X^T = S^T K^T: B[k][i] = K[i][k], ldmatrix rows i */
@@ -212,12 +222,12 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
         }
 
         /* Y^T = beta (V^T - e^G rk X^T) in place; the lane's chunk rows are 8 i + 2 t, + 1 */
-        const float G_last = sp[SCR_G + nr - 1];
+        const float G_last = G_l[nr - 1];
         UNROLL
         for (int i = 0; i < NT_C; i++) {
             const int r0 = 8 * i + 2 * t;
-            const float2 G = vload2(0, sp + SCR_G + r0), be = vload2(0, sp + SCR_BETA + r0);
-            const float2 rk = vload2(0, sp + SCR_RK + r0);
+            const float2 G = vload2(0, G_l + r0), be = vload2(0, beta_l + r0);
+            const float2 rk = vload2(0, rk_l + r0);
             const float e0 = exp(G.x) * rk.x, e1 = exp(G.y) * rk.y;
             float vx[4];
             for (int e = 0; e < 4; e++) {
@@ -241,33 +251,43 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
             sc_afrag(xt[2 * kb], xt[2 * kb + 1], &ah, &al);
             UNROLL
             for (int i = 2 * kb; i < NT_C; i++) {
-                uint bh0, bh1, bl0, bl1;
-                sc_bfrag_g(sp + SCR_T, i, kb, &bh0, &bh1, &bl0, &bl1);
-                dt[i] = sc_mma_ab(ah, al, bh0, bh1, bl0, bl1, dt[i] SC_EMU);
+                const uint4 f = Tl[(i * 4 + kb) * 32 + lane];
+                dt[i] = sc_mma_ab(ah, al, f.x, f.y, f.z, f.w, dt[i] SC_EMU);
             }
         }
 
-        /* O^T = e^G rq (S^T Q^T) + D^T P^T, stored (after X^T: fewer live registers) */
+        /* T read by every warp: the q rows and P^T's fragments in its place */
+        barrier(CLK_LOCAL_MEM_FENCE);
+        sc_stage(Qc, qh, q_stride, nr);
+        for (int e = lid; e < 32 * 32; e += WG_SIZE)
+            if (SC_TILE_USED(e >> 7, (e >> 5) & 3))
+                Pl[e] = ((__global const uint2 *)(sp + SCR_P))[e];
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        /* O^T = e^G rq (S^T Q^T) + D^T P^T, stored (after X^T: fewer live registers).
+         * S rounded once here: the output is rounded to 16 bits anyway, and the
+         * state's own accuracy is carried by X^T and the update */
         float4 ot[NT_C];
         UNROLL
         for (int i = 0; i < NT_C; i++)
             ot[i] = (float4)(0.0f);
         UNROLL
         for (int s = 0; s < KSTEPS; s++) {
-            uint4 ah, al;
-            sc_afrag(sc[2 * s], sc[2 * s + 1], &ah, &al);
+            const float4 s0 = sc[2 * s], s1 = sc[2 * s + 1];
+            const uint4 ah = (uint4)(pack2(s0.x, s0.y), pack2(s0.z, s0.w), pack2(s1.x, s1.y),
+                                     pack2(s1.z, s1.w));
             UNROLL
             for (int i = 0; i < NT_C; i += 2) {
                 const int m = lane >> 3, r = lane & 7;
                 const uint4 qb = ldsm_x4(Qc + (8 * (i + (m >> 1)) + r) * KP + 16 * s + 8 * (m & 1));
-                ot[i] = sc_mma_a(ah, al, qb.x, qb.y, ot[i] SC_EMU);
-                ot[i + 1] = sc_mma_a(ah, al, qb.z, qb.w, ot[i + 1] SC_EMU);
+                ot[i] = mma16816(ah, qb.x, qb.y, ot[i]);
+                ot[i + 1] = mma16816(ah, qb.z, qb.w, ot[i + 1]);
             }
         }
         UNROLL
         for (int i = 0; i < NT_C; i++) {
             const int r0 = 8 * i + 2 * t;
-            const float2 G = vload2(0, sp + SCR_G + r0), rq = vload2(0, sp + SCR_RQ + r0);
+            const float2 G = vload2(0, G_l + r0), rq = vload2(0, rq_l + r0);
             const float e0 = exp(G.x) * rq.x, e1 = exp(G.y) * rq.y;
             ot[i] *= (float4)(e0, e1, e0, e1);
         }
@@ -277,9 +297,8 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
             sc_afrag(dt[2 * kb], dt[2 * kb + 1], &ah, &al);
             UNROLL
             for (int i = 2 * kb; i < NT_C; i++) {
-                uint bh0, bh1, bl0, bl1;
-                sc_bfrag_g(sp + SCR_P, i, kb, &bh0, &bh1, &bl0, &bl1);
-                ot[i] = sc_mma_ab(ah, al, bh0, bh1, bl0, bl1, ot[i] SC_EMU);
+                const uint2 f = Pl[(i * 4 + kb) * 32 + lane];
+                ot[i] = sc_mma_a(ah, al, f.x, f.y, ot[i] SC_EMU);
             }
         }
         UNROLL
@@ -301,8 +320,8 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
         for (int kb = 0; kb < GC / 16; kb++) {
             float4 d0 = dt[2 * kb], d1 = dt[2 * kb + 1];
             const int r0 = 16 * kb + 2 * t;
-            const float2 G0 = vload2(0, sp + SCR_G + r0), G1 = vload2(0, sp + SCR_G + r0 + 8);
-            const float2 k0 = vload2(0, sp + SCR_RK + r0), k1 = vload2(0, sp + SCR_RK + r0 + 8);
+            const float2 G0 = vload2(0, G_l + r0), G1 = vload2(0, G_l + r0 + 8);
+            const float2 k0 = vload2(0, rk_l + r0), k1 = vload2(0, rk_l + r0 + 8);
             const float w0 = k0.x * exp(G_last - G0.x), w1 = k0.y * exp(G_last - G0.y);
             const float w2 = k1.x * exp(G_last - G1.x), w3 = k1.y * exp(G_last - G1.y);
             d0 *= (float4)(w0, w1, w0, w1);

@@ -92,10 +92,11 @@ END_TEST
  * 32- and 16-column tiles), K = 16 and 32, with and without the L2 norm. */
 START_TEST(mma_chunked)
 {
-    /* 0-3: the two-stage path (gdn_chunk_prep, gdn_chunk_scan) with 4, 2, 1 and
-     * 8 warps per scan group; 4-7: the fused kernel (gdn_chunked_mma) */
+    /* 0-3: the two-stage path (gdn_chunk_prep, gdn_chunk_scan) with 8 (the
+     * default), 2, 1 and 4 warps per scan group; 4-7: the fused kernel
+     * (gdn_chunked_mma) */
     static const char *const tuning[8] = {
-        "mma=1,scan=1",      "mma=1,scan=1,sw=2", "mma=1,scan=1,sw=1",   "mma=1,scan=1,sw=8",
+        "mma=1,scan=1",      "mma=1,scan=1,sw=2", "mma=1,scan=1,sw=1",   "mma=1,scan=1,sw=4",
         "mma=1,scan=0",      "mma=1,scan=0,mvt=16", "mma=1,scan=0",      "mma=1,scan=0,mvt=64"};
     setenv("CLVARLEN_GDN_TUNING", tuning[_i], 1);
     static const int32_t lengths[7] = {200, 64, 65, 1, 0, 63, 130};

@@ -19,9 +19,8 @@ typedef struct gdn_tiles {
     int mma, mvt;      /* chunked: the tensor-core kernel (gated-delta-mma.cl), its V tile */
     int ptx;           /* ... with inline PTX (else its emulated form) */
     int split;         /* ... computed operands as rounded part + remainder (0: rounded) */
-    int scan, sw;      /* ... as two stages (gdn_chunk_prep, gdn_chunk_scan): 1 always, -1 for
-                        * batches whose longest sequence is at most GDN_SCAN_LONGEST, 0 never;
-                        * the scan's warps per group */
+    int scan, sw;      /* ... as two stages (gdn_chunk_prep, gdn_chunk_scan; 0: the fused
+                        * gdn_chunked_mma), the scan's warps per group */
     int only;          /* tuning sweeps: launch only stage 1 or 2 (wrong results; 0: both) */
     int64_t chunk_min; /* AUTO: sequences at least this long run chunked */
 } gdn_tiles;
@@ -48,27 +47,23 @@ static size_t gdn_mma_local_bytes(int K, int mvt, int ptx)
 }
 
 /* The two-stage tensor-core path: scratch floats per (chunk slot, head), as
- * in cl/gated-delta-scan.cl (T, P, four per-row arrays), and the scratch this
+ * in cl/gated-delta-scan.cl (T's and P's fragments, four per-row arrays), and the scratch this
  * launcher lets one call use before it splits the heads into groups. */
-#define GDN_SCR_FLOATS (2 * GDN_CHUNK * GDN_CHUNK + 4 * GDN_CHUNK)
+#define GDN_SCR_FLOATS (GDN_CHUNK * GDN_CHUNK * 3 / 2 + 4 * GDN_CHUNK)
 #define GDN_SCR_CAP ((size_t)512 << 20)
-/* AUTO between the two tensor-core forms: batches whose longest sequence (mean
- * length on the cl_mem entry point) is at most this run in two stages, longer
- * ones fused. H100, H 16, HV 32, K = V = 128, bf16 (docs/PERFORMANCE.md): two
- * stages won on 16 / 16384 (longest 1820), 64 / 8192 (243) and 256 / 65536
- * (500); fused won on 4 / 32768 (10773), where the scan's per-chunk chain is
- * the whole time. */
-#define GDN_SCAN_LONGEST 4096
 
 /* Local memory of gdn_chunk_prep (the k rows / A union, T, five per-row
- * arrays) and of gdn_chunk_scan (k and q rows), with the emulation's lane
- * scratch; the larger of the two. */
+ * arrays) and of gdn_chunk_scan (k rows; T's fragments or q rows and P's
+ * fragments; four per-row arrays), with the emulation's lane scratch; the
+ * larger of the two. */
 static size_t gdn_scan_local_bytes(int K, int sw, int ptx)
 {
     size_t x = (size_t)GDN_CHUNK * (K + 8) / 2, a = (size_t)GDN_CHUNK * (GDN_CHUNK + 1);
     size_t prep = ((x > a ? x : a) + (size_t)GDN_CHUNK * (GDN_CHUNK + 4) + 5 * GDN_CHUNK +
                    (ptx ? 0 : 128 * 6)) * 4;
-    size_t scan = (size_t)2 * GDN_CHUNK * (K + 8) * 2 + (ptx ? 0 : (size_t)32 * sw * 6 * 4);
+    size_t r2 = CV_MAX((size_t)GDN_CHUNK * (K + 8) * 2 + 8192, (size_t)16384);
+    size_t scan = (size_t)GDN_CHUNK * (K + 8) * 2 + r2 + 4 * GDN_CHUNK * 4 +
+                  (ptx ? 0 : (size_t)32 * sw * 6 * 4);
     return prep > scan ? prep : scan;
 }
 
@@ -87,8 +82,7 @@ static size_t gdn_chunk_local_bytes(int K, int cvt, int ks)
  * forces the tensor-core chunked kernel (emulated where there is no inline PTX,
  * how tests run it on PoCL), "mma=0" keeps the portable one, "mvt=N" its V tile,
  * "split=0" rounds its computed operands once (faster, less accurate), "scan=0" runs
- * it as one fused kernel, "scan=1" always in two stages (default: by the batch's
- * longest sequence, GDN_SCAN_LONGEST), "sw=N" the scan's warps per group,
+ * it as one fused kernel instead of two stages, "sw=N" the scan's warps per group,
  * "only=1" / "only=2" launches only that stage (for timing it: results are wrong). */
 static void gdn_tuning_override(int *wg, int *vt, int *tk, int *cwg, int *cvt, int64_t *cmin,
                                 int *mma, int *mvt, int *split, int *scan, int *sw, int *only)
@@ -119,7 +113,7 @@ static void gdn_tuning_override(int *wg, int *vt, int *tk, int *cwg, int *cvt, i
         else if (!strcmp(key, "split"))
             *split = val != 0;
         else if (!strcmp(key, "scan"))
-            *scan = val < 0 ? -1 : val != 0;
+            *scan = val != 0;
         else if (!strcmp(key, "sw"))
             *sw = (int)val;
         else if (!strcmp(key, "only"))
@@ -149,9 +143,7 @@ static void gdn_resolve_mma(const clvarlen_context *ctx, const cv_gdn_problem *p
                       gdn_mma_local_bytes((int)p->K, t->mvt, t->ptx) <= local;
     t->mma = fits && (force == 1 || (force < 0 && nv));
     t->scan = t->mma && scan && gdn_scan_local_bytes((int)p->K, t->sw, t->ptx) <= local &&
-                      (uint64_t)32 * t->sw <= maxwg
-                  ? scan
-                  : 0;
+              (uint64_t)32 * t->sw <= maxwg;
 }
 
 static void gdn_resolve_tiles(const clvarlen_context *ctx, const cv_gdn_problem *p, gdn_tiles *t)
@@ -172,7 +164,10 @@ static void gdn_resolve_tiles(const clvarlen_context *ctx, const cv_gdn_problem 
      * kernel wherever it was measured (H100: 19.9 vs 13.9 ms on 16 x 1k-token
      * prefill; PoCL: 2.3x), so no device enables it yet. */
     int64_t cmin = tu->gdn_chunk_min ? (int64_t)tu->gdn_chunk_min : 0;
-    int mma = -1, mvt = 32, split = 1, scan = -1, sw = 4, only = 0;
+    /* the two stages with 8 warps per scan group: H100 (docs/PERFORMANCE.md) 1.37 /
+     * 0.91 / 2.95 / 5.95 ms on the bench's four prefill batches, against 1.50 /
+     * 0.95 / 3.31 / 6.29 with 4 warps and 2.43 / 1.70 / 4.87 / - fused */
+    int mma = -1, mvt = 32, split = 1, scan = 1, sw = 8, only = 0;
     gdn_tuning_override(&wg, &vt, &tk, &cwg, &cvt, &cmin, &mma, &mvt, &split, &scan, &sw, &only);
     t->only = only;
     t->split = split;
@@ -354,7 +349,6 @@ typedef struct gdn_plan {
     int recurrent;     /* launch the token kernel */
     int chunked;       /* launch the chunked kernel */
     int64_t chunk_min; /* sequences with at least this many tokens are the chunked kernel's */
-    int64_t longest;   /* the longest sequence, or on the cl_mem path the mean length */
 } gdn_plan;
 
 /* The device checks of the chain's flag: cu_seqlens, then the indices and
@@ -465,8 +459,7 @@ static clvarlen_status gdn_enqueue(cv_chain *c, const cv_gdn_problem *p, const c
         const int chunked = pass == 1;
         if (chunked ? !plan->chunked : !plan->recurrent)
             continue;
-        if (chunked && t->mma && (t->scan == 1 || (t->scan < 0 && plan->longest <=
-                                                                    GDN_SCAN_LONGEST))) {
+        if (chunked && t->mma && t->scan) {
             int fell_back;
             if ((st = gdn_enqueue_scan(c, p, d, t, plan, flags, &fell_back)) != CLVARLEN_SUCCESS)
                 return st;
@@ -548,7 +541,6 @@ clvarlen_status cv_gdn_cl_run(clvarlen_context *ctx, const char *fn, const clvar
         if (!d->cu.m) { /* fixed length: every sequence takes the same kernel */
             plan.chunked = plan.chunk_min > 0 && p->fixed_seqlen >= plan.chunk_min;
             plan.recurrent = !plan.chunked;
-            plan.longest = p->fixed_seqlen;
         } else {
             /* AUTO launches the chunked kernel only for batches of at least
              * GDN_AUTO_MIN_AVG tokens per sequence on average: its grid covers every
@@ -559,7 +551,6 @@ clvarlen_status cv_gdn_cl_run(clvarlen_context *ctx, const char *fn, const clvar
             plan.chunked = plan.chunk_min > 0 && T >= plan.chunk_min &&
                            (plan.chunk_min == 1 || T >= N * GDN_AUTO_MIN_AVG);
             plan.recurrent = !(plan.chunk_min == 1);
-            plan.longest = T / N;
         }
     }
     if (!plan.chunked)
@@ -591,7 +582,6 @@ static void gdn_pack_slots(const cv_gdn_problem *p, gdn_plan *plan, gdn_host *h)
         int64_t bos, eos;
         cv_gdn_bounds(p, n, &bos, &eos);
         const int64_t L = eos - bos;
-        plan->longest = CV_MAX(plan->longest, L);
         if (L > 0 && plan->chunk_min > 0 && L >= plan->chunk_min)
             plan->chunked = 1;
         else if (L > 0)
