@@ -133,6 +133,99 @@ START_TEST(mma_large_heads)
 }
 END_TEST
 
+/* A chunked prefill (the two-stage tensor-core path, emulated off NVIDIA)
+ * followed by decode steps from the pool it wrote gives the states and
+ * outputs of the same steps after a token-by-token prefill (issue 22): the
+ * pool slots the chunked path writes are the recurrence's states. */
+START_TEST(chunked_then_decode)
+{
+    setenv("CLVARLEN_GDN_TUNING", "mma=1,scan=1", 1);
+    enum { N = 4, H = 2, HV = 4, K = 32, V = 24, STEPS = 3, SLOTS = 5 };
+    static const int32_t lengths[N] = {200, 65, 0, 130};
+    static const int32_t idx[N] = {2, 0, 3, 4};
+    const clvarlen_dtype dt = CLVARLEN_DTYPE_BF16;
+    const int64_t T = 200 + 65 + 0 + 130, DT = N * STEPS; /* prefill and decode tokens */
+    int32_t cu[N + 1];
+    tu_cu_from_lengths(lengths, N, cu);
+    tu_rng r = tu_rng_make(4242);
+    const size_t esz = 2, slot = (size_t)HV * K * V;
+    void *q = tu_xmalloc((size_t)(T + DT) * H * K * esz), *k = tu_xmalloc((size_t)(T + DT) * H * K * esz);
+    void *v = tu_xmalloc((size_t)(T + DT) * HV * V * esz), *a = tu_xmalloc((size_t)(T + DT) * HV * esz);
+    void *b = tu_xmalloc((size_t)(T + DT) * HV * esz);
+    float A_log[HV], dt_bias[HV];
+    tu_fill_random(&r, q, dt, (size_t)(T + DT) * H * K, 1.0);
+    tu_fill_random(&r, k, dt, (size_t)(T + DT) * H * K, 1.0);
+    tu_fill_random(&r, v, dt, (size_t)(T + DT) * HV * V, 1.0);
+    tu_fill_random(&r, a, dt, (size_t)(T + DT) * HV, 1.0);
+    tu_fill_random(&r, b, dt, (size_t)(T + DT) * HV, 1.0);
+    tu_fill_random(&r, A_log, CLVARLEN_DTYPE_F32, HV, 0.5);
+    tu_fill_random(&r, dt_bias, CLVARLEN_DTYPE_F32, HV, 0.5);
+    float *pool[2];
+    void *o[2];
+    pool[0] = tu_xmalloc(SLOTS * slot * sizeof(float));
+    tu_fill_random(&r, pool[0], CLVARLEN_DTYPE_F32, SLOTS * slot, 0.5);
+    pool[1] = tu_xmalloc(SLOTS * slot * sizeof(float));
+    memcpy(pool[1], pool[0], SLOTS * slot * sizeof(float));
+    float *init = tu_xmalloc(SLOTS * slot * sizeof(float));
+    memcpy(init, pool[0], SLOTS * slot * sizeof(float));
+    o[0] = tu_xmalloc((size_t)(T + DT) * HV * V * esz);
+    o[1] = tu_xmalloc((size_t)(T + DT) * HV * V * esz);
+
+    for (int run = 0; run < 2; run++) { /* 0: chunked prefill, 1: token by token */
+        clvarlen_gdn_params p;
+        clvarlen_gdn_params_init(&p);
+        p.dtype = dt;
+        p.n_seqs = N;
+        p.total_tokens = T;
+        p.heads_qk = H;
+        p.heads_v = HV;
+        p.key_dim = K;
+        p.value_dim = V;
+        p.state_slots = SLOTS;
+        p.use_qk_l2norm = 1;
+        p.algorithm = run == 0 ? CLVARLEN_GDN_CHUNKED : CLVARLEN_GDN_RECURRENT;
+        ck_assert_int_eq(clvarlen_gated_delta_rule(gdn_ctx, &p, A_log, dt_bias, a, b, q, k, v, cu,
+                                                   pool[run], idx, NULL, NULL, o[run]),
+                         CLVARLEN_SUCCESS);
+        for (int s = 0; s < STEPS; s++) { /* one token per sequence, fixed length 1 */
+            const int64_t t0 = T + (int64_t)s * N;
+            p.algorithm = CLVARLEN_GDN_AUTO;
+            p.total_tokens = N;
+            p.fixed_seqlen = 1;
+            ck_assert_int_eq(
+                clvarlen_gated_delta_rule(gdn_ctx, &p, A_log, dt_bias,
+                                          (char *)a + t0 * HV * esz, (char *)b + t0 * HV * esz,
+                                          (char *)q + t0 * H * K * esz, (char *)k + t0 * H * K * esz,
+                                          (char *)v + t0 * HV * V * esz, NULL, pool[run], idx, NULL,
+                                          NULL, (char *)o[run] + t0 * HV * V * esz),
+                CLVARLEN_SUCCESS);
+        }
+    }
+    const double tol = gdn_tolerance(dt, 200);
+    const double es = tu_rel_err(pool[0], pool[1], CLVARLEN_DTYPE_F32, SLOTS * slot);
+    const double eo = tu_rel_err((char *)o[0] + T * HV * V * esz, (char *)o[1] + T * HV * V * esz,
+                                 dt, (size_t)DT * HV * V);
+    const double ep = tu_rel_err(o[0], o[1], dt, (size_t)T * HV * V);
+    ck_assert_msg(es <= tol && eo <= tol && ep <= tol,
+                  "chunked then decode vs token by token: states %.3g, decode outputs %.3g, "
+                  "prefill outputs %.3g (tolerance %.3g)",
+                  es, eo, ep, tol);
+    /* slot 1 is no sequence's: never written */
+    for (int i = 0; i < 2; i++)
+        tu_assert_bytes_eq(pool[i] + slot, init + slot, slot * sizeof(float), "slot 1");
+    free(init);
+    for (int i = 0; i < 2; i++) {
+        free(pool[i]);
+        free(o[i]);
+    }
+    free(q);
+    free(k);
+    free(v);
+    free(a);
+    free(b);
+}
+END_TEST
+
 /* AUTO chooses per sequence: a batch with a long sequence (past the
  * threshold) and short ones runs both kernels, and each sequence's result
  * equals running it alone. */
@@ -429,6 +522,7 @@ void gdn_add_cl_cases(TCase *oracle, TCase *api)
     tcase_add_test(oracle, chunked_wide_group);
     tcase_add_loop_test(oracle, mma_chunked, 0, 8);
     tcase_add_test(oracle, mma_large_heads);
+    tcase_add_test(oracle, chunked_then_decode);
     tcase_add_loop_test(api, cl_mem_matches_host, 0, 2);
     tcase_add_loop_test(api, cl_mem_device_checks, 0, 2);
     tcase_add_loop_test(oracle, narrow_heads_pool_guard, 0, 2);

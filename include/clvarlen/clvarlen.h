@@ -602,10 +602,14 @@ typedef enum clvarlen_state_layout {
 typedef enum clvarlen_gdn_algorithm {
     /** Chunked for sequences at least as long as the device's threshold, token by token for
      * the others (and for every sequence on devices whose tuning sets no threshold). The choice
-     * is made per sequence, so a sequence's result never depends on the rest of the batch;
-     * except that the cl_mem entry point, which cannot see the lengths, runs every sequence
-     * token by token when the batch averages fewer than 16 tokens per sequence (decode
-     * batches), so a long sequence in such a batch gets the token-by-token result. */
+     * is made per sequence, so a sequence's result never depends on the rest of the batch,
+     * with two exceptions, both within SPEC 4's tolerances of either result: the cl_mem entry
+     * point, which cannot see the lengths, runs every sequence token by token when the batch
+     * averages fewer than 16 tokens per sequence (decode batches); and on devices with the
+     * tensor-core chunked path (NVIDIA, compute capability 8 or later, bf16/f16, key_dim a
+     * multiple of 16 up to 128; threshold 64 tokens), a batch averaging 64 tokens per sequence
+     * or more runs every sequence chunked (one launch instead of two: measured faster on an
+     * H100, docs/PERFORMANCE.md). */
     CLVARLEN_GDN_AUTO = 0,
     /** Token by token for every sequence. */
     CLVARLEN_GDN_RECURRENT = 1,

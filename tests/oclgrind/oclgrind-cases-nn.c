@@ -207,7 +207,9 @@ enum {
     GD_CLMEM = 128,   /* the cl_mem entry point with device checks (gdn_check) */
     GD_ST_BF16 = 256, /* bf16 states, f16 dt_bias */
     GD_LONG = 512,    /* lengths {0, 1, 66}: two chunks */
-    GD_MMA = 1024,    /* the tensor-core chunked kernel, emulated (CLVARLEN_GDN_TUNING mma=1) */
+    GD_MMA = 1024,    /* the tensor-core chunked path, emulated (CLVARLEN_GDN_TUNING mma=1):
+                         two stages, gdn_chunk_prep and gdn_chunk_scan */
+    GD_FUSED = 2048,  /* ... as the one fused kernel, gdn_chunked_mma (scan=0) */
 };
 
 typedef struct gdn_bufs {
@@ -345,7 +347,7 @@ static int case_gdn(oc_run *r, const oc_case *c)
     else if (c->c & GD_AUTO)
         setenv("CLVARLEN_GDN_TUNING", "min=4", 1);
     else if (c->c & GD_MMA)
-        setenv("CLVARLEN_GDN_TUNING", "mma=1", 1);
+        setenv("CLVARLEN_GDN_TUNING", c->c & GD_FUSED ? "mma=1,scan=0" : "mma=1", 1);
     clvarlen_status st[2];
     st[0] = c->c & GD_CLMEM ? gdn_clmem(r, &g) : gdn_host(r->dev, &g, 0);
     unsetenv("CLVARLEN_GDN_TUNING");
@@ -391,5 +393,8 @@ const oc_case oc_nn_cases[] = {
     {"gdn-chunked-f16-gpu-tiles", case_gdn, F16, 32, GD_CHUNKED | GD_GPU_TILES},
     {"gdn-auto-f32-mixed", case_gdn, F32, 16, GD_AUTO | GD_CLMEM},
     {"gdn-chunked-mma-bf16", case_gdn, BF16, 16, GD_CHUNKED | GD_MMA},
+    {"gdn-chunked-mma-bf16-kv-long-clmem", case_gdn, BF16, 16,
+     GD_CHUNKED | GD_MMA | GD_KV | GD_LONG | GD_CLMEM},
+    {"gdn-chunked-mma-fused-f16", case_gdn, F16, 16, GD_CHUNKED | GD_MMA | GD_FUSED},
     {NULL, NULL, 0, 0, 0},
 };
