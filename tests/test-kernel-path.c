@@ -231,6 +231,35 @@ START_TEST(kp_good_copy_is_used)
 }
 END_TEST
 
+/* CLVARLEN_BUILD_OPTIONS (a developer knob) is appended to every program's
+ * options: the build log line names it; one too long for the options buffer
+ * is refused with INVALID_ARGUMENT, not cut. */
+START_TEST(kp_build_options)
+{
+    tu_log log = {0};
+    setenv("CLVARLEN_BUILD_OPTIONS", "-DCLVARLEN_TEST_EXTRA_OPTION=1", 1);
+    clvarlen_context *ctx = path_context(NULL, &log);
+    EXPECT_STATUS(ctx, try_gather(ctx), CLVARLEN_SUCCESS);
+    tu_check(tu_log_count(&log, "-DCLVARLEN_TEST_EXTRA_OPTION=1") > 0,
+             "the build log does not show the extra option:\n%s", log.text ? log.text : "");
+    clvarlen_context_destroy(ctx);
+    tu_log_free(&log);
+
+    char *longopt = tu_xmalloc(2001);
+    memset(longopt, 'x', 2000);
+    memcpy(longopt, "-D", 2);
+    longopt[2000] = '\0';
+    setenv("CLVARLEN_BUILD_OPTIONS", longopt, 1);
+    free(longopt);
+    ctx = path_context(NULL, NULL);
+    EXPECT_STATUS(ctx, try_gather(ctx), CLVARLEN_ERROR_INVALID_ARGUMENT);
+    tu_check(strstr(clvarlen_last_error(ctx), "CLVARLEN_BUILD_OPTIONS") != NULL,
+             "the message does not name the variable: %s", clvarlen_last_error(ctx));
+    clvarlen_context_destroy(ctx);
+    unsetenv("CLVARLEN_BUILD_OPTIONS");
+}
+END_TEST
+
 START_TEST(kp_device_not_found)
 {
     clvarlen_options *o = NULL;
@@ -262,6 +291,7 @@ int main(void)
     tcase_add_test(tc, kp_broken_source);
     tcase_add_test(tc, kp_good_copy_is_used);
     tcase_add_test(tc, kp_device_not_found);
+    tcase_add_test(tc, kp_build_options);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }
