@@ -133,6 +133,36 @@ START_TEST(mma_large_heads)
 }
 END_TEST
 
+/* The two-stage tensor-core path without cu_seqlens (3 sequences of 130
+ * tokens: the first stage finds its sequence from the fixed length) and with
+ * its scratch capped so that every value head runs in a group of its own. */
+START_TEST(mma_fixed_head_groups)
+{
+    setenv("CLVARLEN_GDN_TUNING", _i ? "mma=1,scan=1,scr=1" : "mma=1,scan=1", 1);
+    static const int32_t lengths[3] = {130, 130, 130};
+    static const int32_t idx[3] = {2, -1, 0};
+    gdn_case_cfg cfg = gdn_cfg_default();
+    cfg.seed = 131 + (uint64_t)_i;
+    cfg.H = 1;
+    cfg.HV = 3;
+    cfg.K = 16;
+    cfg.V = 24;
+    cfg.n = 3;
+    cfg.lengths = lengths;
+    cfg.fixed = 1;
+    cfg.use_pool = 1;
+    cfg.slots = 3;
+    cfg.indices = idx;
+    cfg.l2norm = 1;
+    cfg.dtype = CLVARLEN_DTYPE_BF16;
+    cfg.algorithm = CLVARLEN_GDN_CHUNKED;
+    gdn_case c;
+    gdn_case_make(&c, &cfg);
+    gdn_run_and_check(gdn_ctx, &c, _i ? "fixed, one head per group" : "fixed");
+    gdn_case_free(&c);
+}
+END_TEST
+
 /* A chunked prefill (the two-stage tensor-core path, emulated off NVIDIA)
  * followed by decode steps from the pool it wrote gives the states and
  * outputs of the same steps after a token-by-token prefill (issue 22): the
@@ -523,6 +553,7 @@ void gdn_add_cl_cases(TCase *oracle, TCase *api)
     tcase_add_loop_test(oracle, mma_chunked, 0, 8);
     tcase_add_test(oracle, mma_large_heads);
     tcase_add_test(oracle, chunked_then_decode);
+    tcase_add_loop_test(oracle, mma_fixed_head_groups, 0, 2);
     tcase_add_loop_test(api, cl_mem_matches_host, 0, 2);
     tcase_add_loop_test(api, cl_mem_device_checks, 0, 2);
     tcase_add_loop_test(oracle, narrow_heads_pool_guard, 0, 2);

@@ -22,6 +22,7 @@ typedef struct gdn_tiles {
     int scan, sw;      /* ... as two stages (gdn_chunk_prep, gdn_chunk_scan; 0: the fused
                         * gdn_chunked_mma), the scan's warps per group */
     int only;          /* tuning sweeps: launch only stage 1 or 2 (wrong results; 0: both) */
+    size_t scr_cap;    /* the two stages' scratch per call before heads go in groups */
     int64_t chunk_min; /* AUTO: sequences at least this long run chunked */
 } gdn_tiles;
 
@@ -83,9 +84,11 @@ static size_t gdn_chunk_local_bytes(int K, int cvt, int ks)
  * how tests run it on PoCL), "mma=0" keeps the portable one, "mvt=N" its V tile,
  * "split=0" rounds its computed operands once (faster, less accurate), "scan=0" runs
  * it as one fused kernel instead of two stages, "sw=N" the scan's warps per group,
- * "only=1" / "only=2" launches only that stage (for timing it: results are wrong). */
+ * "only=1" / "only=2" launches only that stage (for timing it: results are wrong),
+ * "scr=N" caps the two stages' scratch at N KiB (heads go in smaller groups). */
 static void gdn_tuning_override(int *wg, int *vt, int *tk, int *cwg, int *cvt, int64_t *cmin,
-                                int *mma, int *mvt, int *split, int *scan, int *sw, int *only)
+                                int *mma, int *mvt, int *split, int *scan, int *sw, int *only,
+                                long long *scr_kib)
 {
     const char *env = getenv("CLVARLEN_GDN_TUNING");
     if (!env)
@@ -118,6 +121,8 @@ static void gdn_tuning_override(int *wg, int *vt, int *tk, int *cwg, int *cvt, i
             *sw = (int)val;
         else if (!strcmp(key, "only"))
             *only = (int)val;
+        else if (!strcmp(key, "scr"))
+            *scr_kib = val;
         env += used;
         if (*env == ',')
             env++;
@@ -168,8 +173,11 @@ static void gdn_resolve_tiles(const clvarlen_context *ctx, const cv_gdn_problem 
      * 0.91 / 2.95 / 5.95 ms on the bench's four prefill batches, against 1.50 /
      * 0.95 / 3.31 / 6.29 with 4 warps and 2.43 / 1.70 / 4.87 / - fused */
     int mma = -1, mvt = 32, split = 1, scan = 1, sw = 8, only = 0;
-    gdn_tuning_override(&wg, &vt, &tk, &cwg, &cvt, &cmin, &mma, &mvt, &split, &scan, &sw, &only);
+    long long scr_kib = 0;
+    gdn_tuning_override(&wg, &vt, &tk, &cwg, &cvt, &cmin, &mma, &mvt, &split, &scan, &sw, &only,
+                        &scr_kib);
     t->only = only;
+    t->scr_cap = scr_kib > 0 ? (size_t)scr_kib << 10 : GDN_SCR_CAP;
     t->split = split;
     gdn_resolve_mma(ctx, p, mma, mvt, scan, sw, t);
     if (t->mma && cmin == 0)
@@ -402,7 +410,7 @@ static clvarlen_status gdn_enqueue_scan(cv_chain *c, const cv_gdn_problem *p,
     const size_t slot_bytes = (size_t)GDN_SCR_FLOATS * sizeof(float);
     const cl_long n_slots = p->total_tokens / GDN_CHUNK + p->n_seqs + 1;
     const size_t per_head = (size_t)n_slots * slot_bytes;
-    cl_int hcount = (cl_int)CV_MAX((size_t)1, CV_MIN((size_t)p->HV, GDN_SCR_CAP / per_head));
+    cl_int hcount = (cl_int)CV_MAX((size_t)1, CV_MIN((size_t)p->HV, t->scr_cap / per_head));
     cl_mem scr;
     if (cv_temp(c->ctx, per_head * (size_t)hcount, &scr) != CLVARLEN_SUCCESS) {
         cv_log(c->ctx, CLVARLEN_LOG_INFO,
