@@ -614,7 +614,12 @@ typedef enum clvarlen_gdn_algorithm {
     /** Token by token for every sequence. */
     CLVARLEN_GDN_RECURRENT = 1,
     /** Chunked (64-token chunks, WY representation) for every sequence; an OpenCL device
-     * without the local memory it needs returns CLVARLEN_ERROR_UNSUPPORTED. */
+     * without the local memory it needs returns CLVARLEN_ERROR_UNSUPPORTED. On NVIDIA devices
+     * with tensor cores (see AUTO) it runs in two stages with a device work buffer of about
+     * 25 KiB per 64-token chunk (plus one per sequence) and value head, at most 512 MiB per
+     * call where the heads allow (they are then taken in groups); the context keeps that
+     * buffer for later calls until clvarlen_context_destroy. Where it cannot be allocated the
+     * call runs a fused kernel that needs none (slower, same result within SPEC 4). */
     CLVARLEN_GDN_CHUNKED = 2
 } clvarlen_gdn_algorithm;
 

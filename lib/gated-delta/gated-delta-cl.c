@@ -147,7 +147,8 @@ static void gdn_resolve_mma(const clvarlen_context *ctx, const cv_gdn_problem *p
                       p->K % 16 == 0 && p->K <= 128 &&
                       gdn_mma_local_bytes((int)p->K, t->mvt, t->ptx) <= local;
     t->mma = fits && (force == 1 || (force < 0 && nv));
-    t->scan = t->mma && scan && gdn_scan_local_bytes((int)p->K, t->sw, t->ptx) <= local &&
+    t->scan = t->mma && scan && !ctx->gdn_scan_refused &&
+              gdn_scan_local_bytes((int)p->K, t->sw, t->ptx) <= local &&
               (uint64_t)32 * t->sw <= maxwg;
 }
 
@@ -399,8 +400,8 @@ static clvarlen_status gdn_enqueue_checks(cv_chain *c, const cv_gdn_problem *p,
 /* The two-stage tensor-core chunked path: per group of heads whose scratch
  * fits GDN_SCR_CAP (at least one head), gdn_chunk_prep over every (chunk
  * slot, head) and then gdn_chunk_scan over every (sequence, head, V tile).
- * *fell_back: the scratch could not be had (nothing enqueued; the caller runs
- * the fused kernel instead). */
+ * *fell_back: the scratch could not be had, or the driver refused the kernels
+ * (nothing enqueued; the caller runs the fused kernel instead). */
 static clvarlen_status gdn_enqueue_scan(cv_chain *c, const cv_gdn_problem *p,
                                         const cv_gdn_bufs *d, const gdn_tiles *t,
                                         const gdn_plan *plan, int flags, int *fell_back)
@@ -421,8 +422,17 @@ static clvarlen_status gdn_enqueue_scan(cv_chain *c, const cv_gdn_problem *p,
     }
     cl_kernel kp, ks;
     if ((st = gdn_kernel(c->ctx, p, t, "gdn_chunk_prep", &kp)) != CLVARLEN_SUCCESS ||
-        (st = gdn_kernel(c->ctx, p, t, "gdn_chunk_scan", &ks)) != CLVARLEN_SUCCESS)
-        return st;
+        (st = gdn_kernel(c->ctx, p, t, "gdn_chunk_scan", &ks)) != CLVARLEN_SUCCESS) {
+        if (st != CLVARLEN_ERROR_KERNEL_BUILD || !t->ptx)
+            return st;
+        /* the driver refused their inline PTX: the fused kernel from now on (and
+         * should it be refused too, the portable one, as gdn_enqueue does) */
+        c->ctx->gdn_scan_refused = 1;
+        cv_log(c->ctx, CLVARLEN_LOG_INFO, "gated delta: two-stage tensor-core kernels refused");
+        cv_clear_error(c->ctx);
+        *fell_back = 1;
+        return CLVARLEN_SUCCESS;
+    }
     const int vtiles = (int)((p->V + 16 * t->sw - 1) / (16 * t->sw));
     for (cl_int h0 = 0; h0 < (cl_int)p->HV; h0 += hcount) {
         cl_int hc = CV_MIN(hcount, (cl_int)p->HV - h0);

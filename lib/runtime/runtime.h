@@ -85,6 +85,7 @@ struct clvarlen_context {
     cl_mem check_flag;         /* one int for device-side checks, made on first use */
     int gdn_shfl_refused;      /* the driver refused gated delta's warp shuffles */
     int gdn_mma_refused;       /* the driver refused gated delta's tensor-core kernel */
+    int gdn_scan_refused;      /* ... or only its two-stage form (prep and scan kernels) */
     int exact_div;             /* f32 divide is correctly rounded (CL_DEVICE_SINGLE_FP_CONFIG) */
     /* Work space of the ops' command chains (cv_temp): kept across calls
      * because releasing a buffer that queued kernels still use blocks on some
