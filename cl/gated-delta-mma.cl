@@ -56,37 +56,7 @@
 
 // clvarlen-include: nv-mma.clh
 
-#ifdef CV_NV_PTX
-#define GDN_EMU
-#define GDN_EMU_P
-#define PTX_ON 1
-#else
-#define GDN_EMU , emu
-#define GDN_EMU_P , __local uint *emu
-#define PTX_ON 0
-#endif
-
-/* c + a b with b an f32 operand given as rounded part and remainder. */
-inline float4 gdn_mma_x(uint4 a, uint bh0, uint bh1, uint bl0, uint bl1, float4 c GDN_EMU_P)
-{
-    c = mma16816(a, bh0, bh1, c);
-#if CV_MMA_SPLIT
-    c = mma16816(a, bl0, bl1, c);
-#endif
-    return c;
-}
-
-/* c + a b with both operands split (the remainders' product is dropped). */
-inline float4 gdn_mma_xx(uint4 ah, uint4 al, uint bh0, uint bh1, uint bl0, uint bl1, float4 c
-                         GDN_EMU_P)
-{
-    c = mma16816(ah, bh0, bh1, c);
-#if CV_MMA_SPLIT
-    c = mma16816(al, bh0, bh1, c);
-    c = mma16816(ah, bl0, bl1, c);
-#endif
-    return c;
-}
+// clvarlen-include: gated-mma.clh
 
 /* A fragment (rows r0.., columns c0..) of a row-major 16-bit local matrix. */
 inline uint4 gdn_afrag(__local const ushort *m, int r0, int c0)
@@ -417,32 +387,6 @@ inline void gdn_state_update(__local float *S_l, __local const ushort *Kc,
     }
 }
 
-/* The chunk's k rows (raw) into Kc; rows at or past nr are zero. */
-inline void gdn_stage_k(__local ushort *Kc, __global const ushort *kh, long k_stride, int nr)
-{
-    if (((ulong)kh & 15) == 0 && (k_stride & 7) == 0) { /* rows of 16-byte units */
-        for (int e = get_local_id(0); e < GC * (CV_K / 8); e += WG_SIZE) {
-            const int row = e / (CV_K / 8), u = e % (CV_K / 8);
-            const uint4 x = row < nr ? *(__global const uint4 *)(kh + row * k_stride + 8 * u)
-                                     : (uint4)(0u);
-            *(__local uint4 *)(Kc + row * KP + 8 * u) = x;
-        }
-        return;
-    }
-    for (int e = get_local_id(0); e < GC * CV_K; e += WG_SIZE) {
-        const int row = e / CV_K, col = e % CV_K;
-        Kc[row * KP + col] = row < nr ? kh[row * k_stride + col] : (ushort)0;
-    }
-}
-
-/* The sum of x over the lane's quad (the four lanes sharing its rows). */
-inline float gdn_quad_sum(float x GDN_EMU_P)
-{
-    x += shfl_xor(x, 1);
-    x += shfl_xor(x, 2);
-    return x;
-}
-
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void gdn_chunked_mma(GDN_ARGS)
 {
     __local uint X_l[X_WORDS] __attribute__((aligned(16))); /* k rows (16-bit), or A (f32) */
@@ -493,50 +437,15 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void gdn_chunked_m
         __global const ushort *kh = CV_CPTR(ushort, k, k_off) + c0 * k_stride + (long)hq * CV_K;
         __global const ushort *qh = CV_CPTR(ushort, q, q_off) + c0 * q_stride + (long)hq * CV_K;
         barrier(CLK_LOCAL_MEM_FENCE); /* the last chunk's readers are done */
-        gdn_stage_k(Kc, kh, k_stride, nr);
-        for (int r = lid; r < GC; r += WG_SIZE) {
-            float gr = 0.0f, be = 0.0f;
-            if (r < nr) {
-                const float x = LOAD_ACT(ab, (c0 + r) * a_stride + h) + bias;
-                gr = -A * gdn_softplus(x, sp_beta, sp_threshold);
-                be = 1.0f / (1.0f + exp(-LOAD_ACT(bb, (c0 + r) * b_stride + h)));
-            }
-            g_l[r] = gr;
-            beta_l[r] = be;
-        }
+        gdn_stage_rows(Kc, kh, k_stride, nr);
+        gdn_gates(g_l, beta_l, ab, a_stride, bb, b_stride, c0, nr, h, A, bias, sp_beta,
+                  sp_threshold);
         barrier(CLK_LOCAL_MEM_FENCE);
 
         float4 kk[NT_C], qk[NT_C], ks[NT_V], qs[NT_V];
         float nk[2] = {0.0f, 0.0f}, nq[2] = {0.0f, 0.0f};
         gdn_products(Kc, S_l, qh, q_stride, nr, kk, qk, ks, qs, nk, nq GDN_EMU);
-        for (int r = 0; r < 2; r++) {
-            nk[r] = gdn_quad_sum(nk[r] GDN_EMU);
-            nq[r] = gdn_quad_sum(nq[r] GDN_EMU);
-        }
-        if (t == 0)
-            for (int r = 0; r < 2; r++) {
-                rk_l[i0 + g + 8 * r] = l2 ? rsqrt(nk[r] + 1e-6f) : 1.0f;
-                rq_l[i0 + g + 8 * r] = (l2 ? rsqrt(nq[r] + 1e-6f) : 1.0f) * scale;
-            }
-        /* G, the running sum of g: a butterfly scan over shuffles of the 64
-         * gates as 32 lane pairs, five steps in every warp (work-group uniform,
-         * as the emulation needs); warp 0 stores it. Here, after the products:
-         * PoCL 3.1 gave wrong outputs with the former serial sum (a branch on
-         * lid == 0) placed before them. */
-        {
-            const float g0 = g_l[2 * lane], g1 = g_l[2 * lane + 1];
-            float tot = g0 + g1, ex = 0.0f; /* the lane group's sum; the sum before it */
-            for (int d = 1; d < 32; d <<= 1) {
-                const float y = shfl_xor(tot, d);
-                if (lane & d)
-                    ex += y;
-                tot += y;
-            }
-            if (lid < 32) {
-                G_l[2 * lane] = ex + g0;
-                G_l[2 * lane + 1] = (ex + g0) + g1;
-            }
-        }
+        gdn_norms_and_G(nk, nq, l2, scale, rk_l, rq_l, g_l, G_l GDN_EMU);
         barrier(CLK_LOCAL_MEM_FENCE); /* norms and G ready; Kc read for the last time */
         const float G_last = G_l[nr - 1];
         for (int r = lid; r < GC; r += WG_SIZE)
@@ -544,7 +453,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void gdn_chunked_m
         gdn_scale(A_l, D_l, G_l, beta_l, rk_l, rq_l, kk, qk, ks, qs, vb, v_stride, c0, nr, h, v0);
         barrier(CLK_LOCAL_MEM_FENCE);
         gdn_solve(A_l, D_l, CV_MVT, DP, 0);
-        gdn_stage_k(Kc, kh, k_stride, nr); /* A is done: the k rows again, for K^T D */
+        gdn_stage_rows(Kc, kh, k_stride, nr); /* A is done: the k rows again, for K^T D */
         barrier(CLK_LOCAL_MEM_FENCE);
         gdn_output(D_l, qk, qs, o + o_off, o_stride, c0, nr, h, v0 GDN_EMU);
         gdn_state_update(S_l, Kc, D_l, w_l, exp(G_last) GDN_EMU);
@@ -620,17 +529,8 @@ gdn_chunk_prep(GDN_ARGS, __global float *scr, long n_slots, int h0, int hcount)
     __global const ushort *kh = CV_CPTR(ushort, k, k_off) + c0 * k_stride + (long)hq * CV_K;
     __global const ushort *qh = CV_CPTR(ushort, q, q_off) + c0 * q_stride + (long)hq * CV_K;
 
-    gdn_stage_k(Kc, kh, k_stride, nr);
-    for (int r = lid; r < GC; r += WG_SIZE) {
-        float gr = 0.0f, be = 0.0f;
-        if (r < nr) {
-            const float xa = LOAD_ACT(ab, (c0 + r) * a_stride + h) + bias;
-            gr = -A * gdn_softplus(xa, sp_beta, sp_threshold);
-            be = 1.0f / (1.0f + exp(-LOAD_ACT(bb, (c0 + r) * b_stride + h)));
-        }
-        g_l[r] = gr;
-        beta_l[r] = be;
-    }
+    gdn_stage_rows(Kc, kh, k_stride, nr);
+    gdn_gates(g_l, beta_l, ab, a_stride, bb, b_stride, c0, nr, h, A, bias, sp_beta, sp_threshold);
     for (int e = lid; e < GC * GC; e += WG_SIZE)
         D_l[(e / GC) * TP + e % GC] = (e / GC == e % GC) ? 1.0f : 0.0f;
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -638,29 +538,7 @@ gdn_chunk_prep(GDN_ARGS, __global float *scr, long n_slots, int h0, int hcount)
     float4 kk[NT_C], qk[NT_C], unused[1];
     float nk[2] = {0.0f, 0.0f}, nq[2] = {0.0f, 0.0f};
     gdn_products(Kc, NULL, qh, q_stride, nr, kk, qk, unused, unused, nk, nq GDN_EMU);
-    for (int r = 0; r < 2; r++) {
-        nk[r] = gdn_quad_sum(nk[r] GDN_EMU);
-        nq[r] = gdn_quad_sum(nq[r] GDN_EMU);
-    }
-    if (t == 0)
-        for (int r = 0; r < 2; r++) {
-            rk_l[i0 + g + 8 * r] = l2 ? rsqrt(nk[r] + 1e-6f) : 1.0f;
-            rq_l[i0 + g + 8 * r] = (l2 ? rsqrt(nq[r] + 1e-6f) : 1.0f) * scale;
-        }
-    { /* G: the butterfly scan of gdn_chunked_mma */
-        const float g0 = g_l[2 * lane], g1 = g_l[2 * lane + 1];
-        float tot = g0 + g1, ex = 0.0f;
-        for (int d = 1; d < 32; d <<= 1) {
-            const float y = shfl_xor(tot, d);
-            if (lane & d)
-                ex += y;
-            tot += y;
-        }
-        if (lid < 32) {
-            G_l[2 * lane] = ex + g0;
-            G_l[2 * lane + 1] = (ex + g0) + g1;
-        }
-    }
+    gdn_norms_and_G(nk, nq, l2, scale, rk_l, rq_l, g_l, G_l GDN_EMU);
     barrier(CLK_LOCAL_MEM_FENCE); /* norms and G ready; Kc read for the last time */
     gdn_scale_ap(A_l, G_l, beta_l, rk_l, rq_l, kk, qk);
     barrier(CLK_LOCAL_MEM_FENCE);

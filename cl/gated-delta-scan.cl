@@ -62,14 +62,7 @@
 #define SC_R2_SHORTS (GC * KP + 32 * 32 * 4 > 32 * 32 * 8 ? GC * KP + 32 * 32 * 4 : 32 * 32 * 8)
 
 // clvarlen-include: nv-mma.clh
-
-#ifdef CV_NV_PTX
-#define SC_EMU
-#define SC_EMU_P
-#else
-#define SC_EMU , emu
-#define SC_EMU_P , __local uint *emu
-#endif
+// clvarlen-include: gated-mma.clh
 
 /* Two accumulator tiles (columns 16 s ..) as the A fragment they form, split. */
 inline void sc_afrag(float4 c0, float4 c1, uint4 *hi, uint4 *lo)
@@ -83,50 +76,9 @@ inline void sc_afrag(float4 c0, float4 c1, uint4 *hi, uint4 *lo)
     *lo = (uint4)(l[0], l[1], l[2], l[3]);
 }
 
-/* c + a b, a split, b exact. */
-inline float4 sc_mma_a(uint4 ah, uint4 al, uint b0, uint b1, float4 c SC_EMU_P)
-{
-    c = mma16816(ah, b0, b1, c);
-#if CV_MMA_SPLIT
-    c = mma16816(al, b0, b1, c);
-#endif
-    return c;
-}
-
-/* c + a b, both split (the remainders' product dropped). */
-inline float4 sc_mma_ab(uint4 ah, uint4 al, uint bh0, uint bh1, uint bl0, uint bl1, float4 c
-                        SC_EMU_P)
-{
-    c = mma16816(ah, bh0, bh1, c);
-#if CV_MMA_SPLIT
-    c = mma16816(al, bh0, bh1, c);
-    c = mma16816(ah, bl0, bl1, c);
-#endif
-    return c;
-}
-
 /* Whether k16 step kb of n8 tile i of a lower triangular 64 x 64 matrix can
  * be nonzero (the fragments' tiles right of the diagonal are never read). */
 #define SC_TILE_USED(i, kb) ((kb) <= (i) / 2)
-
-/* The chunk's rows (raw) of a 16-bit activation into local memory; rows at or
- * past nr are zero. */
-inline void sc_stage(__local ushort *dst, __global const ushort *src, long stride, int nr)
-{
-    if (((ulong)src & 15) == 0 && (stride & 7) == 0) { /* rows of 16-byte units */
-        for (int e = get_local_id(0); e < GC * (CV_K / 8); e += WG_SIZE) {
-            const int row = e / (CV_K / 8), u = e % (CV_K / 8);
-            const uint4 x =
-                row < nr ? *(__global const uint4 *)(src + row * stride + 8 * u) : (uint4)(0u);
-            *(__local uint4 *)(dst + row * KP + 8 * u) = x;
-        }
-        return;
-    }
-    for (int e = get_local_id(0); e < GC * CV_K; e += WG_SIZE) {
-        const int row = e / CV_K, col = e % CV_K;
-        dst[row * KP + col] = row < nr ? src[row * stride + col] : (ushort)0;
-    }
-}
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hcount)
@@ -194,7 +146,7 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
         __global const ushort *kh = CV_CPTR(ushort, k, k_off) + c0 * k_stride + (long)hq * CV_K;
         __global const ushort *qh = CV_CPTR(ushort, q, q_off) + c0 * q_stride + (long)hq * CV_K;
         barrier(CLK_LOCAL_MEM_FENCE); /* the last chunk's readers are done */
-        sc_stage(Kc, kh, k_stride, nr);
+        gdn_stage_rows(Kc, kh, k_stride, nr);
         for (int e = lid; e < 32 * 32; e += WG_SIZE)
             if (SC_TILE_USED(e >> 7, (e >> 5) & 3))
                 Tl[e] = ((__global const uint4 *)(sp + SCR_T))[e];
@@ -216,8 +168,8 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
                 /* matrices: rows 8i.. cols 16s.., rows 8i.. cols 16s+8.., then i + 1 */
                 const int m = lane >> 3, r = lane & 7;
                 const uint4 kb = ldsm_x4(Kc + (8 * (i + (m >> 1)) + r) * KP + 16 * s + 8 * (m & 1));
-                xt[i] = sc_mma_a(ah, al, kb.x, kb.y, xt[i] SC_EMU);
-                xt[i + 1] = sc_mma_a(ah, al, kb.z, kb.w, xt[i + 1] SC_EMU);
+                xt[i] = gdn_mma_xa(ah, al, kb.x, kb.y, xt[i] GDN_EMU);
+                xt[i + 1] = gdn_mma_xa(ah, al, kb.z, kb.w, xt[i + 1] GDN_EMU);
             }
         }
 
@@ -252,13 +204,13 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
             UNROLL
             for (int i = 2 * kb; i < NT_C; i++) {
                 const uint4 f = Tl[(i * 4 + kb) * 32 + lane];
-                dt[i] = sc_mma_ab(ah, al, f.x, f.y, f.z, f.w, dt[i] SC_EMU);
+                dt[i] = gdn_mma_xx(ah, al, f.x, f.y, f.z, f.w, dt[i] GDN_EMU);
             }
         }
 
         /* T read by every warp: the q rows and P^T's fragments in its place */
         barrier(CLK_LOCAL_MEM_FENCE);
-        sc_stage(Qc, qh, q_stride, nr);
+        gdn_stage_rows(Qc, qh, q_stride, nr);
         for (int e = lid; e < 32 * 32; e += WG_SIZE)
             if (SC_TILE_USED(e >> 7, (e >> 5) & 3))
                 Pl[e] = ((__global const uint2 *)(sp + SCR_P))[e];
@@ -298,7 +250,7 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
             UNROLL
             for (int i = 2 * kb; i < NT_C; i++) {
                 const uint2 f = Pl[(i * 4 + kb) * 32 + lane];
-                ot[i] = sc_mma_a(ah, al, f.x, f.y, ot[i] SC_EMU);
+                ot[i] = gdn_mma_xa(ah, al, f.x, f.y, ot[i] GDN_EMU);
             }
         }
         UNROLL
@@ -334,8 +286,8 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
                 const int m = lane >> 3, r = lane & 7;
                 const int off = (16 * kb + 8 * (m & 1) + r) * KP + 8 * (j + (m >> 1));
                 const uint4 kb4 = ldsm_x4_trans(Kc + off);
-                sc[j] = sc_mma_a(ah, al, kb4.x, kb4.y, sc[j] SC_EMU);
-                sc[j + 1] = sc_mma_a(ah, al, kb4.z, kb4.w, sc[j + 1] SC_EMU);
+                sc[j] = gdn_mma_xa(ah, al, kb4.x, kb4.y, sc[j] GDN_EMU);
+                sc[j + 1] = gdn_mma_xa(ah, al, kb4.z, kb4.w, sc[j + 1] GDN_EMU);
             }
         }
     }

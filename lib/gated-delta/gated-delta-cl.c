@@ -226,23 +226,17 @@ static clvarlen_status gdn_kernel(clvarlen_context *ctx, const cv_gdn_problem *p
                                   const gdn_tiles *t, const char *name, cl_kernel *kernel)
 {
     char opts[256];
-    if (strcmp(name, "gdn_chunked_mma") == 0 || strcmp(name, "gdn_chunk_prep") == 0) {
+    const bool scan = strcmp(name, "gdn_chunk_scan") == 0;
+    if (scan || strcmp(name, "gdn_chunked_mma") == 0 || strcmp(name, "gdn_chunk_prep") == 0) {
         const int dt = cv_dtype_kernel_code(p->dtype);
         snprintf(opts, sizeof opts,
-                 "-DCV_K=%d -DCV_V=%d -DCV_DT=%d -DCV_DTYPE=%d -DCV_ST_DT=%d -DCV_MVT=%d "
+                 "-DCV_K=%d -DCV_V=%d -DCV_DT=%d -DCV_DTYPE=%d -DCV_ST_DT=%d -DCV_%s=%d "
                  "-DCV_MMA_SPLIT=%d%s",
-                 (int)p->K, (int)p->V, dt, dt, cv_dtype_kernel_code(p->state_dtype), t->mvt,
-                 t->split, t->ptx ? " -DCV_NV_PTX=1" : "");
-        return cv_get_kernel(ctx, "gated-delta-mma.cl", opts, name, kernel);
-    }
-    if (strcmp(name, "gdn_chunk_scan") == 0) {
-        const int dt = cv_dtype_kernel_code(p->dtype);
-        snprintf(opts, sizeof opts,
-                 "-DCV_K=%d -DCV_V=%d -DCV_DT=%d -DCV_DTYPE=%d -DCV_ST_DT=%d -DCV_SW=%d "
-                 "-DCV_MMA_SPLIT=%d%s",
-                 (int)p->K, (int)p->V, dt, dt, cv_dtype_kernel_code(p->state_dtype), t->sw,
-                 t->split, t->ptx ? " -DCV_NV_PTX=1" : "");
-        return cv_get_kernel(ctx, "gated-delta-scan.cl", opts, name, kernel);
+                 (int)p->K, (int)p->V, dt, dt, cv_dtype_kernel_code(p->state_dtype),
+                 scan ? "SW" : "MVT", scan ? t->sw : t->mvt, t->split,
+                 t->ptx ? " -DCV_NV_PTX=1" : "");
+        return cv_get_kernel(ctx, scan ? "gated-delta-scan.cl" : "gated-delta-mma.cl", opts,
+                             name, kernel);
     }
     if (strcmp(name, "gdn_chunked") == 0)
         snprintf(opts, sizeof opts,
