@@ -400,8 +400,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void gdn_chunked_m
     __local ushort *Kc = (__local ushort *)X_l;
     __local float *A_l = (__local float *)X_l;
 
-    const int lid = get_local_id(0), lane = lid & 31, g = lane >> 2, t = lane & 3;
-    const int i0 = 16 * (lid >> 5);
+    const int lid = get_local_id(0);
     const long grp = get_group_id(0);
     const int vt = (int)(grp % ((CV_V + CV_MVT - 1) / CV_MVT));
     const long rest = grp / ((CV_V + CV_MVT - 1) / CV_MVT);
