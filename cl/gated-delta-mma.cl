@@ -4,6 +4,13 @@
  * warp-wide operations emulated (lib/gated-delta/gated-delta-cl.c does so on
  * request), which is how its fragment bookkeeping is tested on PoCL.
  *
+ * Two kernels: gdn_chunk_prep, the first of the two stages the library runs
+ * by default (the second is cl/gated-delta-scan.cl; see the end of this file),
+ * and gdn_chunked_mma, the whole chunked form in one kernel, which runs where
+ * the two stages' scratch buffer cannot be had or on request (scan=0 in
+ * CLVARLEN_GDN_TUNING). The description below is the fused kernel's; the
+ * first stage shares its steps 1-4.
+ *
  * One work-group of four warps per (sequence, value head, V tile of CV_MVT
  * columns) walks the sequence's chunks of 64 tokens in order; the tile's
  * K x MVT state stays in local memory (f32) for the whole sequence. Per

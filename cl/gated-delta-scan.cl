@@ -5,33 +5,36 @@
  * The first stage, gdn_chunk_prep in cl/gated-delta-mma.cl, ran in parallel
  * over every (chunk, value head) and left in the scratch buffer, per chunk:
  * T = (I + A)^-1 and P[i][m] = rq_i rk_m (q_i . k_m) e^(G_i - G_m) (m <= i,
- * scale included) as ready B fragments (split), and the rows' G, beta, rk
- * and rq (f32). What is left
- * depends on the state and runs here, in order over a sequence's chunks, with
- * the state transposed (S^T, V x K) in registers: warp w of a work-group owns
- * V rows v0 + 16 w .. + 15 and needs nothing from the other warps, so the only
- * barriers are the ones around the staging of the chunk's k and q rows. With
- * S^T as the A operand (its accumulator fragments are A fragments, no
- * shuffles), per chunk of 64 rows:
- *   X^T = S^T K^T,  O^T = S^T Q^T           (k, q rows raw: exact operands)
+ * scale included) as ready B fragments (T's split, P's rounded), and the
+ * rows' G, beta, rk and rq (f32). What is left depends on the state and runs
+ * here, in order over a sequence's chunks, with the state transposed (S^T,
+ * V x K) in registers: warp w of a work-group owns V rows v0 + 16 w .. + 15
+ * and needs nothing from the other warps, so the only barriers are the ones
+ * around staging the chunk's operands in local memory: the k rows, T's
+ * fragments and the rows' values first, then (in T's place) the q rows and
+ * P's fragments. With S^T as the A operand (its accumulator fragments are A
+ * fragments, no shuffles), per chunk of 64 rows:
+ *   X^T = S^T K^T                           (k rows raw: exact operands)
  *   Y^T = beta (V^T - e^G rk X^T)           (f32, in the accumulators)
  *   D^T = Y^T T^T                           (D = T B = U - W S of SPEC 3)
- *   O^T = e^G rq O^T + D^T P^T              stored
+ *   O^T = e^G rq (S^T Q^T) + D^T P^T        stored
  *   S^T = e^(G_last) S^T + (D^T w) K,       w_i = rk_i e^(G_last - G_i)
- * Computed operands (S, Y, D, T, P) are split into a rounded part and its
- * remainder (nv_split2), so the products keep close to f32 accuracy; with
- * CV_MMA_SPLIT=0 they are rounded once.
+ * Operands that feed the state (S in X^T, Y, D, T) are split into a rounded
+ * part and its remainder (nv_split2), so those products keep close to f32
+ * accuracy (CV_MMA_SPLIT=0 rounds them once); those that reach only the
+ * output (S in S^T Q^T, P) are rounded once: the output is 16-bit anyway.
  *
  * -D: CV_K (multiple of 16, <= 128), CV_V, CV_DT = CV_DTYPE (CV_DT_BF16 or
  * CV_DT_F16), CV_ST_DT, CV_SW (warps per work-group: 1, 2, 4 or 8),
- * CV_NV_PTX (NVIDIA). Local memory at K = 128: 34 KiB.
+ * CV_NV_PTX (NVIDIA). Local memory at K = 128: 44 KiB (the most NVIDIA's
+ * OpenCL gives a work-group is 48 KiB).
  */
 
 #ifndef CV_DTYPE
 #define CV_DTYPE CV_DT_BF16
 #endif
 #ifndef CV_SW
-#define CV_SW 4
+#define CV_SW 8
 #endif
 #ifndef CV_MMA_SPLIT
 #define CV_MMA_SPLIT 1
