@@ -46,6 +46,13 @@
  * sizes its local memory from the same numbers. */
 #define GDN_CHUNK 64       /* tokens per chunk */
 #define GDN_CHUNK_BLOCK 16 /* diagonal blocks of (I + A), inverted one at a time */
+/* The two-stage tensor-core path's scratch per (chunk slot, value head), in
+ * floats: gdn_chunk_prep writes T^T's B fragments (16 KiB), P^T's (8 KiB from
+ * GDN_SCR_P), then the rows' G, beta, rk, rq (from GDN_SCR_ROWS); gdn_chunk_scan
+ * reads them. */
+#define GDN_SCR_P (GDN_CHUNK * GDN_CHUNK)
+#define GDN_SCR_ROWS (GDN_CHUNK * GDN_CHUNK * 3 / 2)
+#define GDN_SCR_FLOATS (GDN_SCR_ROWS + 4 * GDN_CHUNK)
 
 /* Attention: the auxiliary kernels of cl/attention.cl (-DCV_ATTN_AUX). */
 #define CV_ATTN_WORKLIST_MAX_WG 256 /* attn_worklist keeps one partial sum per work-item */

@@ -413,11 +413,9 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void gdn_chunked_m
     const long rest = grp / ((CV_V + CV_MVT - 1) / CV_MVT);
     const int h = (int)(rest % HV);
     const long n = rest / HV;
-    if (n >= n_seqs || ((flags & GDN_HAS_CHECK) && check[0] != 0))
-        return;
     long bos, eos;
-    gdn_bounds(cu, cu_off, fixed_len, total, flags, n, &bos, &eos);
-    if (eos <= bos || eos - bos < chunk_min)
+    if (!gdn_chunked_seq(cu, cu_off, fixed_len, total, flags, n, n_seqs, chunk_min, check, &bos,
+                         &eos))
         return;
 
     const int hq = h / group, v0 = vt * CV_MVT;
@@ -483,15 +481,15 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void gdn_chunked_m
  * gdn_chunk_scan, is cl/gated-delta-scan.cl). One work-group per (chunk slot,
  * value head h0 + 0 .. hcount - 1), all in parallel: steps 1-4 above without
  * the state, with B = I, so the solve leaves T = (I + A)^-1. Writes to the
- * slot's scratch: T and P (P[i][m] = rq_i rk_m (q_i . k_m) e^(G_i - G_m) for
- * m <= i, else 0; rq with the scale) as the scan's B fragments (below; T's
- * split, 16 KiB, P's rounded, 8 KiB), then the rows' G, beta, rk, rq (floats). Sequence n's chunks take slots bos_n / 64 + n + j,
- * j = 0, 1, ...: disjoint for any lengths, all below total / 64 + n_seqs + 1
- * (n_slots); a slot that is no sequence's chunk writes nothing.
+ * slot's scratch (GDN_SCR_FLOATS, cv-shared.h): T and P (P[i][m] = rq_i rk_m
+ * (q_i . k_m) e^(G_i - G_m) for m <= i, else 0; rq with the scale) as the
+ * scan's B fragments (below; T's split, 16 KiB, P's rounded, 8 KiB), then the
+ * rows' G, beta, rk, rq (floats). Sequence n's chunks take slots
+ * bos_n / 64 + n + j, j = 0, 1, ...: disjoint for any lengths, all below
+ * total / 64 + n_seqs + 1 (n_slots); a slot that is no sequence's chunk
+ * writes nothing.
  */
 #define TP (GC + 4) /* T's pitch in local memory */
-#define SCR_ROWS (GC * GC + GC * GC / 2) /* T^T's fragments 16 KiB, P^T's 8 KiB, then rows */
-#define SCR_FLOATS (SCR_ROWS + 4 * GC)
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 gdn_chunk_prep(GDN_ARGS, __global float *scr, long n_slots, int h0, int hcount)
@@ -562,9 +560,9 @@ gdn_chunk_prep(GDN_ARGS, __global float *scr, long n_slots, int h0, int hcount)
         A_l[(i0 + g + 8) * AP + m + 1] = qk[n].w;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    __global float *sp = scr + (x * hcount + (h - h0)) * (long)SCR_FLOATS;
+    __global float *sp = scr + (x * hcount + (h - h0)) * (long)GDN_SCR_FLOATS;
     __global uint4 *fr = (__global uint4 *)sp;
-    __global uint2 *fp = (__global uint2 *)(sp + GC * GC);
+    __global uint2 *fp = (__global uint2 *)(sp + GDN_SCR_P);
     for (int e = lid; e < 2 * 32 * 32; e += WG_SIZE) {
         const int which = e >> 10, tile = (e >> 5) & 31, ln = e & 31;
         const int i = tile >> 2, kb = tile & 3;
@@ -581,10 +579,10 @@ gdn_chunk_prep(GDN_ARGS, __global float *scr, long n_slots, int h0, int hcount)
             fr[e] = (uint4)(h0w, h1w, l0w, l1w);
     }
     for (int r = lid; r < GC; r += WG_SIZE) {
-        sp[SCR_ROWS + r] = G_l[r];
-        sp[SCR_ROWS + GC + r] = beta_l[r];
-        sp[SCR_ROWS + 2 * GC + r] = rk_l[r];
-        sp[SCR_ROWS + 3 * GC + r] = rq_l[r];
+        sp[GDN_SCR_ROWS + r] = G_l[r];
+        sp[GDN_SCR_ROWS + GC + r] = beta_l[r];
+        sp[GDN_SCR_ROWS + 2 * GC + r] = rk_l[r];
+        sp[GDN_SCR_ROWS + 3 * GC + r] = rq_l[r];
     }
     GDN_END_BARRIER();
 }

@@ -49,17 +49,10 @@
 #define NT_K (CV_K / 8)       /* n8 tiles of S^T's K columns */
 #define NT_C (GC / 8)         /* n8 tiles over a chunk's rows */
 #define KP (CV_K + 8)         /* staged row pitch (16-bit elements): ldmatrix rows in distinct banks */
-/* Scratch of one (chunk, head) as gdn_chunk_prep writes it, in floats: T^T's B
+/* The scratch of one (chunk, head) is GDN_SCR_FLOATS (cv-shared.h): T^T's B
  * fragments (uint4: rounded pairs, remainders; 32 tiles x 32 lanes), P^T's
  * (uint2, rounded only: P reaches the output alone, not the state), then the
  * rows' G, beta, rk, rq. */
-#define SCR_T 0
-#define SCR_P (GC * GC)
-#define SCR_G (GC * GC + GC * GC / 2)
-#define SCR_BETA (SCR_G + GC)
-#define SCR_RK (SCR_G + 2 * GC)
-#define SCR_RQ (SCR_G + 3 * GC)
-#define SCR_FLOATS (SCR_G + 4 * GC)
 /* The second part of local memory: T^T's fragments (16 KiB), or the q rows and
  * P^T's fragments (8 KiB), in 16-bit units. */
 #define SC_R2_SHORTS (GC * KP + 32 * 32 * 4 > 32 * 32 * 8 ? GC * KP + 32 * 32 * 4 : 32 * 32 * 8)
@@ -108,11 +101,9 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
     const long rest = grp / vtiles;
     const int h = h0 + (int)(rest % hcount);
     const long n = rest / hcount;
-    if (n >= n_seqs || ((flags & GDN_HAS_CHECK) && check[0] != 0))
-        return;
     long bos, eos;
-    gdn_bounds(cu, cu_off, fixed_len, total, flags, n, &bos, &eos);
-    if (eos <= bos || eos - bos < chunk_min)
+    if (!gdn_chunked_seq(cu, cu_off, fixed_len, total, flags, n, n_seqs, chunk_min, check, &bos,
+                         &eos))
         return;
 
     const int hq = h / group, vr0 = vt * 16 * CV_SW + 16 * warp; /* the warp's first V row */
@@ -145,16 +136,16 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
         const int nr = (int)min((long)GC, eos - c0);
         const long at = base + ci;
         __global const float *sp =
-            scr + ((at < n_slots ? at : 0) * hcount + (h - h0)) * (long)SCR_FLOATS;
+            scr + ((at < n_slots ? at : 0) * hcount + (h - h0)) * (long)GDN_SCR_FLOATS;
         __global const ushort *kh = CV_CPTR(ushort, k, k_off) + c0 * k_stride + (long)hq * CV_K;
         __global const ushort *qh = CV_CPTR(ushort, q, q_off) + c0 * q_stride + (long)hq * CV_K;
         barrier(CLK_LOCAL_MEM_FENCE); /* the last chunk's readers are done */
         gdn_stage_rows(Kc, kh, k_stride, nr);
         for (int e = lid; e < 32 * 32; e += WG_SIZE)
             if (SC_TILE_USED(e >> 7, (e >> 5) & 3))
-                Tl[e] = ((__global const uint4 *)(sp + SCR_T))[e];
+                Tl[e] = ((__global const uint4 *)sp)[e];
         for (int e = lid; e < 4 * GC; e += WG_SIZE)
-            rows_l[e] = sp[SCR_G + e];
+            rows_l[e] = sp[GDN_SCR_ROWS + e];
         barrier(CLK_LOCAL_MEM_FENCE);
 
         /* X^T = S^T K^T: B[k][i] = K[i][k], ldmatrix rows i */
@@ -216,7 +207,7 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
         gdn_stage_rows(Qc, qh, q_stride, nr);
         for (int e = lid; e < 32 * 32; e += WG_SIZE)
             if (SC_TILE_USED(e >> 7, (e >> 5) & 3))
-                Pl[e] = ((__global const uint2 *)(sp + SCR_P))[e];
+                Pl[e] = ((__global const uint2 *)(sp + GDN_SCR_P))[e];
         barrier(CLK_LOCAL_MEM_FENCE);
 
         /* O^T = e^G rq (S^T Q^T) + D^T P^T, stored (after X^T: fewer live registers).

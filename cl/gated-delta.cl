@@ -337,13 +337,9 @@ __kernel __attribute__((reqd_work_group_size(CV_CWG, 1, 1))) void gdn_chunked(GD
     const long rest = grp / GDN_CNVT;
     const int h = (int)(rest % HV);
     const long n = rest / HV;
-    if (n >= n_seqs)
-        return;
-    if ((flags & GDN_HAS_CHECK) && check[0] != 0)
-        return;
     long bos, eos;
-    gdn_bounds(cu, cu_off, fixed_len, total, flags, n, &bos, &eos);
-    if (eos <= bos || eos - bos < chunk_min)
+    if (!gdn_chunked_seq(cu, cu_off, fixed_len, total, flags, n, n_seqs, chunk_min, check, &bos,
+                         &eos))
         return;
 
     const int hq = h / group;

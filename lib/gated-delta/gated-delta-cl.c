@@ -47,10 +47,8 @@ static size_t gdn_mma_local_bytes(int K, int mvt, int ptx)
     return words * 4;
 }
 
-/* The two-stage tensor-core path: scratch floats per (chunk slot, head), as
- * in cl/gated-delta-scan.cl (T's and P's fragments, four per-row arrays), and the scratch this
- * launcher lets one call use before it splits the heads into groups. */
-#define GDN_SCR_FLOATS (GDN_CHUNK * GDN_CHUNK * 3 / 2 + 4 * GDN_CHUNK)
+/* The scratch the two-stage tensor-core path may use in one call (GDN_SCR_FLOATS
+ * per chunk slot and head) before the launcher takes the heads in groups. */
 #define GDN_SCR_CAP ((size_t)512 << 20)
 
 /* Local memory of gdn_chunk_prep (the k rows / A union, T, five per-row
