@@ -42,14 +42,22 @@
 
 /* ------------------------------------------------------------------ checks */
 
-/* Device checks of the indices (and of target-verify lengths); cu_seqlens
- * itself is checked by the shared cu_seqlens kernel. */
+/* Device checks of the indices (and of target-verify lengths), and with
+ * GDN_HAS_CU of cu_seqlens itself (work-items 0 .. n_seqs), as the shared
+ * check_cu_seqlens kernel does (cl/check.cl): one launch fewer per call. */
 __kernel void gdn_check(__global const uchar *cu, ulong cu_off, long fixed_len, long n_seqs,
                         long total, __global const uchar *sidx, ulong sidx_off, long slots,
                         __global const uchar *cidx, ulong cidx_off, long cache_slots,
                         int cache_steps, int flags, __global int *check)
 {
     long n = get_global_id(0);
+    if ((flags & GDN_HAS_CU) && n <= n_seqs) {
+        __global const int *c = CV_CPTR(int, cu, cu_off);
+        const int x = c[n];
+        if ((n == 0 && x != 0) || (n < n_seqs && c[n + 1] < x) ||
+            (n == n_seqs && total >= 0 && (long)x != total))
+            cv_flag(check, CV_CHECK_CU_SEQLENS);
+    }
     if (n >= n_seqs)
         return;
     if ((flags & GDN_HAS_POOL) && (flags & GDN_HAS_SIDX)) {
@@ -76,6 +84,25 @@ __kernel void gdn_check(__global const uchar *cu, ulong cu_off, long fixed_len, 
 #define GDN_NVT ((CV_V + CV_VT - 1) / CV_VT)  /* V tiles */
 #define GDN_RED (2 * CV_VT + 3)               /* reduced values per token */
 #define GDN_TKP (CV_TK + 1)                   /* padded: the reduction reads rows */
+#ifndef CV_GDN_NO_PREFETCH
+#define GDN_PREFETCH 1 /* the next token's inputs load during the reduction */
+#else
+#define GDN_PREFETCH 0
+#endif
+
+/* Row i of work-item kl's rows of K. With CV_GDN_VEC4 (the host sets it for
+ * f32 states with K a multiple of 4 TK) a work-item holds runs of four
+ * adjacent rows, kl's run of each span of 4 TK, so [V, K] states move as
+ * float4 (a warp's load instruction carries 4x the bytes); otherwise rows
+ * kl, kl + TK, ... The reductions sum over all rows, so the assignment
+ * changes nothing else. */
+#if defined(CV_GDN_VEC4) && CV_ST_DT == CV_DT_F32 && CV_K % (4 * CV_TK) == 0
+#define GDN_VEC4 1
+#define GDN_KK(kl, i) ((((i) >> 2) * CV_TK + (kl)) * 4 + ((i) & 3))
+#else
+#define GDN_VEC4 0
+#define GDN_KK(kl, i) ((kl) + CV_TK * (i))
+#endif
 
 /* NVIDIA: the TK work-items of a column are adjacent lanes of one warp (V-major
  * states), so butterfly shuffles (inline PTX; NVIDIA's OpenCL reports no
@@ -111,7 +138,7 @@ inline void gdn_token_inputs(__global const uchar *kb, __global const uchar *qb,
                              float *bx)
 {
     for (int i = 0; i < GDN_KPT; i++) {
-        const int kk = kl + CV_TK * i;
+        const int kk = GDN_KK(kl, i);
         kv[i] = kk < CV_K ? LOAD_ACT(kb, t * k_stride + (long)hq * CV_K + kk) : 0.0f;
         qv[i] = kk < CV_K ? LOAD_ACT(qb, t * q_stride + (long)hq * CV_K + kk) : 0.0f;
     }
@@ -146,35 +173,57 @@ __kernel __attribute__((reqd_work_group_size(CV_WG, 1, 1))) void gdn_recurrent(G
     const long n = rest / HV;
     if (n >= n_seqs)
         return;
-    if ((flags & GDN_HAS_CHECK) && check[0] != 0)
-        return;
+    /* The check flag, the bounds and the slots are independent loads: all are
+     * issued before any of them is tested, so a decode step waits for one
+     * round trip, not four, before its state loads can start. */
+    const int failed = (flags & GDN_HAS_CHECK) ? check[0] : 0;
     long bos, eos;
     gdn_bounds(cu, cu_off, fixed_len, total, flags, n, &bos, &eos);
-    if (eos <= bos || (chunk_min > 0 && eos - bos >= chunk_min))
-        return;
-
-    const int hq = h / group;
-    const int v0 = vt * CV_VT;
-    const long head_off = (long)h * CV_K * CV_V;
     const long slot = (flags & GDN_HAS_POOL)
                           ? gdn_slot(sidx, sidx_off, flags & GDN_HAS_SIDX, n, slots)
                           : -1;
     const long cslot = (flags & GDN_HAS_INTER)
                            ? gdn_slot(cidx, cidx_off, flags & GDN_HAS_CIDX, n, cache_slots)
                            : -1;
+    if (failed != 0 || eos <= bos || (chunk_min > 0 && eos - bos >= chunk_min))
+        return;
+
+    const int hq = h / group;
+    const int v0 = vt * CV_VT;
+    const long head_off = (long)h * CV_K * CV_V;
     __global const uchar *qb = q + q_off, *kb = k + k_off, *vb = v + v_off;
     __global const uchar *ab = a + a_off, *bb = b + b_off;
+#if GDN_VEC4
+    /* float4 moves of [V, K] f32 states where the slot's start is 16-byte aligned */
+    const int vec4 = !skv && slot >= 0 && (pool_off & 15) == 0 && (slot_pitch & 3) == 0;
+    __global float4 *pool4 =
+        (__global float4 *)(pool + pool_off) + (vec4 ? (slot * slot_pitch + head_off) / 4 : 0);
+#endif
 
     float st[GDN_KPT][GDN_VPT];
-    for (int i = 0; i < GDN_KPT; i++)
+#if GDN_VEC4
+    if (vec4) {
         for (int j = 0; j < GDN_VPT; j++) {
-            const int kk = kl + CV_TK * i, vv = v0 + vg + GDN_NVG * j;
-            float x = 0.0f;
-            if (slot >= 0 && kk < CV_K && vv < CV_V)
-                x = LOAD_ST(pool + pool_off,
-                            slot * slot_pitch + head_off + gdn_state_at(skv, kk, vv));
-            st[i][j] = x;
+            const int vv = v0 + vg + GDN_NVG * j;
+            for (int i = 0; i < GDN_KPT; i += 4) {
+                const float4 x = vv < CV_V ? pool4[(vv * CV_K + GDN_KK(kl, i)) / 4] : (float4)(0.0f);
+                st[i][j] = x.x;
+                st[i + 1][j] = x.y;
+                st[i + 2][j] = x.z;
+                st[i + 3][j] = x.w;
+            }
         }
+    } else
+#endif
+        for (int i = 0; i < GDN_KPT; i++)
+            for (int j = 0; j < GDN_VPT; j++) {
+                const int kk = GDN_KK(kl, i), vv = v0 + vg + GDN_NVG * j;
+                float x = 0.0f;
+                if (slot >= 0 && kk < CV_K && vv < CV_V)
+                    x = LOAD_ST(pool + pool_off,
+                                slot * slot_pitch + head_off + gdn_state_at(skv, kk, vv));
+                st[i][j] = x;
+            }
 
     const float A = exp(CV_CPTR(float, A_log, A_log_off)[h]);
     const float bias = gdn_bias(dt_bias, dt_bias_off, h, flags);
@@ -205,7 +254,7 @@ __kernel __attribute__((reqd_work_group_size(CV_WG, 1, 1))) void gdn_recurrent(G
         float kn[GDN_KPT], qn[GDN_KPT], vn[GDN_VPT], an = 0.0f, bn = 0.0f;
 #if GDN_SHFL
         if (!skv) {
-            if (t + 1 < eos)
+            if (GDN_PREFETCH && t + 1 < eos)
                 gdn_token_inputs(kb, qb, vb, ab, bb, k_stride, q_stride, v_stride, a_stride,
                                  b_stride, t + 1, hq, h, kl, vg, v0, kn, qn, vn, &an, &bn);
             for (int j = 0; j < GDN_VPT; j++) {
@@ -229,7 +278,7 @@ __kernel __attribute__((reqd_work_group_size(CV_WG, 1, 1))) void gdn_recurrent(G
                 red[(2 * CV_VT + 2) * GDN_TKP + kl] = tkq;
             }
             barrier(CLK_LOCAL_MEM_FENCE);
-            if (t + 1 < eos)
+            if (GDN_PREFETCH && t + 1 < eos)
                 gdn_token_inputs(kb, qb, vb, ab, bb, k_stride, q_stride, v_stride, a_stride,
                                  b_stride, t + 1, hq, h, kl, vg, v0, kn, qn, vn, &an, &bn);
             for (int r = lid; r < GDN_RED; r += CV_WG) {
@@ -269,11 +318,12 @@ __kernel __attribute__((reqd_work_group_size(CV_WG, 1, 1))) void gdn_recurrent(G
             const long base = ((cslot * cache_steps + (t - bos)) * HV + h) * (long)CV_K * CV_V;
             for (int i = 0; i < GDN_KPT; i++)
                 for (int j = 0; j < GDN_VPT; j++) {
-                    const int kk = kl + CV_TK * i, vv = v0 + vg + GDN_NVG * j;
+                    const int kk = GDN_KK(kl, i), vv = v0 + vg + GDN_NVG * j;
                     if (kk < CV_K && vv < CV_V)
                         STORE_ST(inter + inter_off, base + gdn_state_at(skv, kk, vv), st[i][j]);
                 }
         }
+#if GDN_PREFETCH
         for (int i = 0; i < GDN_KPT; i++) {
             kv[i] = kn[i];
             qv[i] = qn[i];
@@ -282,16 +332,33 @@ __kernel __attribute__((reqd_work_group_size(CV_WG, 1, 1))) void gdn_recurrent(G
             vx[j] = vn[j];
         ax = an;
         bx = bn;
+#else
+        if (t + 1 < eos)
+            gdn_token_inputs(kb, qb, vb, ab, bb, k_stride, q_stride, v_stride, a_stride, b_stride,
+                             t + 1, hq, h, kl, vg, v0, kv, qv, vx, &ax, &bx);
+#endif
     }
 
     if (slot >= 0 && (flags & GDN_WRITE_BACK)) {
-        for (int i = 0; i < GDN_KPT; i++)
+#if GDN_VEC4
+        if (vec4) {
             for (int j = 0; j < GDN_VPT; j++) {
-                const int kk = kl + CV_TK * i, vv = v0 + vg + GDN_NVG * j;
-                if (kk < CV_K && vv < CV_V)
-                    STORE_ST(pool + pool_off,
-                             slot * slot_pitch + head_off + gdn_state_at(skv, kk, vv), st[i][j]);
+                const int vv = v0 + vg + GDN_NVG * j;
+                if (vv < CV_V)
+                    for (int i = 0; i < GDN_KPT; i += 4)
+                        pool4[(vv * CV_K + GDN_KK(kl, i)) / 4] =
+                            (float4)(st[i][j], st[i + 1][j], st[i + 2][j], st[i + 3][j]);
             }
+        } else
+#endif
+            for (int i = 0; i < GDN_KPT; i++)
+                for (int j = 0; j < GDN_VPT; j++) {
+                    const int kk = GDN_KK(kl, i), vv = v0 + vg + GDN_NVG * j;
+                    if (kk < CV_K && vv < CV_V)
+                        STORE_ST(pool + pool_off,
+                                 slot * slot_pitch + head_off + gdn_state_at(skv, kk, vv),
+                                 st[i][j]);
+                }
     }
     GDN_END_BARRIER();
 }

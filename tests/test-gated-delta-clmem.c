@@ -513,17 +513,24 @@ START_TEST(cl_mem_device_checks)
     unsigned char *o = malloc(c.o_bytes + 1), *pool = malloc(c.pool_bytes + 1);
     ck_assert(o && pool);
 
-    for (int bad = 0; bad < 3; bad++) {
+    /* cu_seqlens is checked by the index check kernel itself (one launch): each of
+     * its three conditions once */
+    for (int bad = 0; bad < 5; bad++) {
         gdn_case_reset(&c);
         if (bad == 0)
             c.indices[3] = 5; /* past the pool */
         else if (bad == 1)
             c.cu[2] = c.cu[1] - 1; /* decreasing */
+        else if (bad == 2)
+            c.cu[0] = 1; /* cu[0] != 0 (still non-decreasing: cu[1] >= 1) */
+        else if (bad == 3)
+            c.cu[c.p.n_seqs] += 1; /* cu[N] != the total */
         dev_case d;
         dev_make(&d, cctx, &c, 64);
         clvarlen_status st = dev_run(cctx, &d, &c, NULL);
-        const clvarlen_status want[3] = {CLVARLEN_ERROR_INDEX_OUT_OF_RANGE,
-                                         CLVARLEN_ERROR_INVALID_CU_SEQLENS, CLVARLEN_SUCCESS};
+        const clvarlen_status want[5] = {
+            CLVARLEN_ERROR_INDEX_OUT_OF_RANGE, CLVARLEN_ERROR_INVALID_CU_SEQLENS,
+            CLVARLEN_ERROR_INVALID_CU_SEQLENS, CLVARLEN_ERROR_INVALID_CU_SEQLENS, CLVARLEN_SUCCESS};
         ck_assert_msg(st == want[bad], "case %d: %s (%s)", bad, clvarlen_status_name(st),
                       clvarlen_last_error(cctx));
         ck_assert_int_eq(clFinish(d.queue), CL_SUCCESS);
@@ -531,8 +538,8 @@ START_TEST(cl_mem_device_checks)
         dev_read(&d, D_POOL, pool, c.pool_bytes);
         const int same = memcmp(o, c.o + GDN_GUARD, c.o_bytes) == 0 &&
                          memcmp(pool, c.pool_init, c.pool_bytes) == 0;
-        ck_assert_msg(bad == 2 ? !same : same, "case %d: outputs %s", bad,
-                      bad == 2 ? "not written" : "written despite the error");
+        ck_assert_msg(bad == 4 ? !same : same, "case %d: outputs %s", bad,
+                      bad == 4 ? "not written" : "written despite the error");
         dev_free(&d);
         c.indices[3] = idx[3];
         tu_cu_from_lengths(c.lengths, c.p.n_seqs, c.cu);

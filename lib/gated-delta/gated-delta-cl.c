@@ -15,6 +15,8 @@ enum { GDN_MIN_VT = 4 }; /* the token kernel's narrowest V tile (gdn_resolve_til
 
 typedef struct gdn_tiles {
     int wg, vt, tk;    /* token kernel */
+    int vec4;          /* ... f32 states moved as float4 where aligned (CV_GDN_VEC4) */
+    int prefetch;      /* ... the next token's inputs loaded during the reduction */
     int cwg, cvt, ks;  /* chunked kernel; cvt == 0: not available on this device */
     int mma, mvt;      /* chunked: the tensor-core kernel (gated-delta-mma.cl), its V tile */
     int ptx;           /* ... with inline PTX (else its emulated form) */
@@ -83,10 +85,12 @@ static size_t gdn_chunk_local_bytes(int K, int cvt, int ks)
  * "split=0" rounds its computed operands once (faster, less accurate), "scan=0" runs
  * it as one fused kernel instead of two stages, "sw=N" the scan's warps per group,
  * "only=1" / "only=2" launches only that stage (for timing it: results are wrong),
- * "scr=N" caps the two stages' scratch at N KiB (heads go in smaller groups). */
+ * "scr=N" caps the two stages' scratch at N KiB (heads go in smaller groups),
+ * "vec=0" keeps the token kernel's scalar state loads, "pre=0" drops its
+ * next-token prefetch. */
 static void gdn_tuning_override(int *wg, int *vt, int *tk, int *cwg, int *cvt, int64_t *cmin,
                                 int *mma, int *mvt, int *split, int *scan, int *sw, int *only,
-                                long long *scr_kib)
+                                long long *scr_kib, int *vec4, int *pre)
 {
     const char *env = getenv("CLVARLEN_GDN_TUNING");
     if (!env)
@@ -121,6 +125,10 @@ static void gdn_tuning_override(int *wg, int *vt, int *tk, int *cwg, int *cvt, i
             *only = (int)val;
         else if (!strcmp(key, "scr"))
             *scr_kib = val;
+        else if (!strcmp(key, "vec"))
+            *vec4 = val != 0;
+        else if (!strcmp(key, "pre"))
+            *pre = val != 0;
         env += used;
         if (*env == ',')
             env++;
@@ -157,8 +165,8 @@ static void gdn_resolve_tiles(const clvarlen_context *ctx, const cv_gdn_problem 
     const bool cpu = ctx->device.vendor == CLVARLEN_VENDOR_CPU;
     int64_t maxwg = ctx->device.max_work_group_size ? (int64_t)ctx->device.max_work_group_size
                                                     : 256;
-    /* defaults: the best H100 decode tiles measured (16 columns, 128 work-items,
-     * 16 per column); CPU devices split no column (PoCL was fastest so) */
+    /* defaults: the device table's (H100: 32 columns, 128 work-items, 16 per
+     * column); CPU devices split no column (PoCL was fastest so) */
     int wg = tu->gdn_wg ? (int)tu->gdn_wg : 128;
     int vt = tu->gdn_v_tile ? (int)tu->gdn_v_tile : 16;
     int tk = tu->gdn_k_lanes ? (int)tu->gdn_k_lanes : (cpu ? 1 : 16);
@@ -173,8 +181,11 @@ static void gdn_resolve_tiles(const clvarlen_context *ctx, const cv_gdn_problem 
      * 0.95 / 3.31 / 6.29 with 4 warps and 2.43 / 1.70 / 4.87 / - fused */
     int mma = -1, mvt = 32, split = 1, scan = 1, sw = 8, only = 0;
     long long scr_kib = 0;
+    int vec4 = 1, pre = !tu->gdn_no_prefetch;
     gdn_tuning_override(&wg, &vt, &tk, &cwg, &cvt, &cmin, &mma, &mvt, &split, &scan, &sw, &only,
-                        &scr_kib);
+                        &scr_kib, &vec4, &pre);
+    t->vec4 = vec4;
+    t->prefetch = pre;
     t->only = only;
     t->scr_cap = scr_kib > 0 ? (size_t)scr_kib << 10 : GDN_SCR_CAP;
     t->split = split;
@@ -244,9 +255,10 @@ static clvarlen_status gdn_kernel(clvarlen_context *ctx, const cv_gdn_problem *p
                  cv_dtype_kernel_code(p->state_dtype), t->cwg, t->cvt, t->ks);
     else
         snprintf(opts, sizeof opts,
-                 "-DCV_K=%d -DCV_V=%d -DCV_DT=%d -DCV_ST_DT=%d -DCV_WG=%d -DCV_VT=%d -DCV_TK=%d",
+                 "-DCV_K=%d -DCV_V=%d -DCV_DT=%d -DCV_ST_DT=%d -DCV_WG=%d -DCV_VT=%d -DCV_TK=%d%s%s",
                  (int)p->K, (int)p->V, cv_dtype_kernel_code(p->dtype),
-                 cv_dtype_kernel_code(p->state_dtype), t->wg, t->vt, t->tk);
+                 cv_dtype_kernel_code(p->state_dtype), t->wg, t->vt, t->tk,
+                 t->vec4 ? " -DCV_GDN_VEC4=1" : "", t->prefetch ? "" : " -DCV_GDN_NO_PREFETCH=1");
     /* NVIDIA: warp-shuffle reductions (inline PTX) in whole warps; should the
      * driver refuse them, the portable program serves this context from then on */
     const bool shfl = strncmp(name, "gdn_chunked", 11) != 0 &&
@@ -358,13 +370,13 @@ static clvarlen_status gdn_enqueue_checks(cv_chain *c, const cv_gdn_problem *p,
                                           const cv_gdn_bufs *d, const gdn_tiles *t, int flags)
 {
     clvarlen_status st;
-    if (d->cu.m) {
-        st = cv_chain_check_cu_seqlens(c, d->cu.m, (size_t)d->cu.off, p->n_seqs, p->total_tokens);
-        if (st != CLVARLEN_SUCCESS)
-            return st;
-    }
-    if (p->n_seqs == 0 || !(d->sidx.m || d->inter.m))
+    if (p->n_seqs == 0 || !(d->sidx.m || d->inter.m)) {
+        if (d->cu.m)
+            return cv_chain_check_cu_seqlens(c, d->cu.m, (size_t)d->cu.off, p->n_seqs,
+                                             p->total_tokens);
         return CLVARLEN_SUCCESS;
+    }
+    /* gdn_check checks cu_seqlens too (GDN_HAS_CU in flags): one launch */
     cl_kernel kc;
     if ((st = gdn_kernel(c->ctx, p, t, "gdn_check", &kc)) != CLVARLEN_SUCCESS)
         return st;
@@ -385,7 +397,7 @@ static clvarlen_status gdn_enqueue_checks(cv_chain *c, const cv_gdn_problem *p,
     CV_ARG(ar, c->flag);
     if ((st = cv_cl_check(c->ctx, ar.err, "gdn_check: clSetKernelArg")) != CLVARLEN_SUCCESS)
         return st;
-    size_t local = 64, global = (size_t)p->n_seqs;
+    size_t local = 64, global = (size_t)p->n_seqs + (d->cu.m ? 1 : 0);
     return cv_chain_run(c, kc, "gdn_check", 1, &global, &local);
 }
 

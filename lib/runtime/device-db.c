@@ -36,12 +36,16 @@ void cv_tuning_for(const clvarlen_device_info *info, cv_tuning *t)
         t->copy_wg = 256;
         t->scan_wg = 1024;
         t->expand_wg = 64; /* H100: 8.0 us at 64/128, 10-12 us at 256-1024 */
-        /* H100 sweeps (docs/PERFORMANCE.md): decode best at 16 columns per
-         * group, 128 work-items, 16 of them per column; attention's portable
-         * kernel best at 256 work-items. */
-        t->gdn_v_tile = 16;
+        /* H100 sweeps (docs/PERFORMANCE.md): the token kernel best at 32
+         * columns per group, 128 work-items, 16 of them per column, without the
+         * next-token prefetch (128 registers, not 167): decode at 1.00x copy
+         * bandwidth (N 256, 1024) against 0.82x at 16 columns with the prefetch,
+         * token-by-token prefill 1.5x faster; attention's portable kernel best
+         * at 256 work-items. */
+        t->gdn_v_tile = 32;
         t->gdn_wg = 128;
         t->gdn_k_lanes = 16;
+        t->gdn_no_prefetch = 1;
         t->attn_block_m = 64;
         t->attn_block_n = 64;
         t->attn_wg = 256;

@@ -47,6 +47,7 @@ typedef struct cv_tuning {
     size_t gdn_v_tile;     /* gated delta: V columns per work-group */
     size_t gdn_wg;         /* gated delta: work-group size */
     size_t gdn_k_lanes;    /* gated delta: work-items sharing one V column (K split); 0: default */
+    int gdn_no_prefetch;   /* gated delta token kernel: no next-token prefetch (fewer registers) */
     size_t gdn_chunk_min;  /* gated delta: shortest sequence run chunked (AUTO); 0: never */
     size_t gdn_chunk_v_tile; /* gated delta chunked: V columns per work-group; 0: default */
     size_t gdn_chunk_wg;   /* gated delta chunked: work-group size (64, 128 or 256); 0: default */

@@ -436,14 +436,23 @@ int bench_gdn(clvarlen_context *dev, const ct_options *opt, double copy_gbps)
                    info.kind == CLVARLEN_DEVICE_INTEGRATED_GPU ||
                    info.kind == CLVARLEN_DEVICE_ACCELERATOR;
     ct_bench_note(opt, "gated delta tuning: %s", tuning_note());
+    /* a developer knob for A/B sweeps: CLVARLEN_BENCH_GDN=decode or =prefill
+     * runs that part alone, =recurrent the token kernel's prefill batches */
+    const char *part = getenv("CLVARLEN_BENCH_GDN");
+    const int decode = !part || !strcmp(part, "decode");
+    const int prefill = !part || !strcmp(part, "prefill");
     int rc = 0;
-    if (gpu_like) {
+    if (gpu_like && part && !strcmp(part, "recurrent")) {
+        rc |= bench_prefill(dev, opt, 256, 1024, 16, 32, 128, 128, CLVARLEN_GDN_RECURRENT);
+        rc |= bench_prefill(dev, opt, 64, 8192, 16, 32, 128, 128, CLVARLEN_GDN_RECURRENT);
+        rc |= bench_prefill(dev, opt, 16, 16384, 16, 32, 128, 128, CLVARLEN_GDN_RECURRENT);
+    } else if (gpu_like) {
         static const int64_t decode_n[] = {1, 32, 256, 1024};
-        for (size_t i = 0; i < sizeof decode_n / sizeof decode_n[0]; i++)
+        for (size_t i = 0; decode && i < sizeof decode_n / sizeof decode_n[0]; i++)
             rc |= bench_decode(dev, opt, copy_gbps, decode_n[i], CLVARLEN_DTYPE_F32);
-        if (!opt->quick)
+        if (decode && !opt->quick)
             rc |= bench_decode(dev, opt, copy_gbps, 256, CLVARLEN_DTYPE_BF16);
-        for (int alg = 0; alg < 3; alg++) {
+        for (int alg = 0; prefill && alg < 3; alg++) {
             if (opt->quick && alg != CLVARLEN_GDN_AUTO)
                 continue;
             rc |= bench_prefill(dev, opt, 16, 16384, 16, 32, 128, 128, alg);
