@@ -54,6 +54,31 @@
 #define GDN_SCR_ROWS (GDN_CHUNK * GDN_CHUNK * 3 / 2)
 #define GDN_SCR_FLOATS (GDN_SCR_ROWS + 4 * GDN_CHUNK)
 
+/* The portable chunked path (cl/gated-delta-blas.cl, CLBlast for the
+ * chunk-parallel products): its scratch holds, for nb = chunk slots x heads
+ * of a head group, arrays of nb items each; array X's item b starts at float
+ * nb * GDN_BL_X(K, V) + b * (its item size), so the host and the kernels
+ * derive every offset from K, V and nb. Items are row-major f32:
+ * KN, QS, QE, KB: 64 x K (normalised k; normalised, scaled q; QS e^G;
+ * beta e^G KN), VE 64 x V (beta v), GR 2 x 64 (G, beta), KK 64 x 64 (K K^T,
+ * then T = (I + A)^-1 in place), QK 64 x 64 (QS KN^T, then P in place),
+ * W 64 x K (T KB), U 64 x V (T VE), H K x V (the state at the chunk's start),
+ * VN 64 x V (U - W H), O 64 x V (QE H + P VN). */
+#define GDN_BL_KN(K, V) 0
+#define GDN_BL_QS(K, V) (64 * (K))
+#define GDN_BL_QE(K, V) (128 * (K))
+#define GDN_BL_KB(K, V) (192 * (K))
+#define GDN_BL_VE(K, V) (256 * (K))
+#define GDN_BL_GR(K, V) (GDN_BL_VE(K, V) + 64 * (V))
+#define GDN_BL_KK(K, V) (GDN_BL_GR(K, V) + 128)
+#define GDN_BL_QK(K, V) (GDN_BL_KK(K, V) + 4096)
+#define GDN_BL_W(K, V) (GDN_BL_QK(K, V) + 4096)
+#define GDN_BL_U(K, V) (GDN_BL_W(K, V) + 64 * (K))
+#define GDN_BL_H(K, V) (GDN_BL_U(K, V) + 64 * (V))
+#define GDN_BL_VN(K, V) (GDN_BL_H(K, V) + (K) * (V))
+#define GDN_BL_O(K, V) (GDN_BL_VN(K, V) + 64 * (V))
+#define GDN_BL_FLOATS(K, V) (GDN_BL_O(K, V) + 64 * (V))
+
 /* Attention: the auxiliary kernels of cl/attention.cl (-DCV_ATTN_AUX). */
 #define CV_ATTN_WORKLIST_MAX_WG 256 /* attn_worklist keeps one partial sum per work-item */
 #define CV_ATTN_MERGE_WG 64         /* attn_merge's required work-group size */

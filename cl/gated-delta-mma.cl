@@ -509,23 +509,11 @@ gdn_chunk_prep(GDN_ARGS, __global float *scr, long n_slots, int h0, int hcount)
     const long grp = get_group_id(0);
     const int h = h0 + (int)(grp % hcount);
     const long x = grp / hcount;
-    if (x >= n_slots || n_seqs <= 0 || ((flags & GDN_HAS_CHECK) && check[0] != 0))
+    long n, c0;
+    int nr;
+    if (x >= n_slots || !gdn_chunk_of_slot(cu, cu_off, fixed_len, total, flags, n_seqs, chunk_min,
+                                           check, x, &n, &c0, &nr))
         return;
-    /* the sequence: the last n with bos_n / 64 + n <= x (strictly increasing in n) */
-    long lo = 0, hi = n_seqs - 1, bos, eos;
-    while (lo < hi) {
-        const long mid = (lo + hi + 1) / 2;
-        gdn_bounds(cu, cu_off, fixed_len, total, flags, mid, &bos, &eos);
-        if (bos / GC + mid <= x)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    gdn_bounds(cu, cu_off, fixed_len, total, flags, lo, &bos, &eos);
-    const long c0 = bos + (x - (bos / GC + lo)) * GC;
-    if (eos <= bos || eos - bos < chunk_min || c0 < bos || c0 >= eos)
-        return;
-    const int nr = (int)min((long)GC, eos - c0);
     const int hq = h / group, l2 = (flags & GDN_L2NORM) != 0;
     const float A = exp(CV_CPTR(float, A_log, A_log_off)[h]);
     const float bias = gdn_bias(dt_bias, dt_bias_off, h, flags);

@@ -13,7 +13,10 @@ are fed the same decays. Run it in the same command as the clvarlen benchmark:
     python3 tools/bench-gdn-anchors.py --lib build-gpu/lib/libclvarlen.so
 
 Prints one line per case and library: the median time of 20 runs after 5 warm-ups
-(CUDA events), and FlashInfer's relative difference from fla on the output.
+(CUDA events), and FlashInfer's relative difference from fla on the output. Then
+decode: FlashInfer's single-token kernel (gated_delta_rule_decode_pretranspose, f32
+state [N, HV, V, K], the layout clvarlen's bench uses) for N = 256 and 1024, with its
+state bandwidth (read + written) against a device-to-device copy timed the same way.
 """
 import argparse
 import ctypes
@@ -115,6 +118,42 @@ def main():
         if o_fla is not None and o_fi is not None:
             rel = ((o_fi - o_fla).norm() / o_fla.norm()).item()
             print("%-44s flashinfer vs fla output rel. diff %.2e" % (label, rel))
+    decode_anchor(dev)
+
+
+def decode_anchor(dev):
+    """FlashInfer's decode beside `clvarlen-test bench` decode lines (N 1, 256, 1024)."""
+    try:
+        from flashinfer.gdn_decode import gated_delta_rule_decode_pretranspose as fi_decode
+    except Exception as e:  # noqa: BLE001
+        print("flashinfer decode unavailable: %s" % e)
+        return
+    src = torch.empty(256 << 20, dtype=torch.float32, device=dev)  # 1 GiB
+    dst = torch.empty_like(src)
+    t_copy = time_ms(lambda: dst.copy_(src))
+    copy_gbps = 2 * src.numel() * 4 / (t_copy * 1e-3) / 1e9
+    print("copy (device to device, 1 GiB)             %8.3f ms  %.0f GB/s" % (t_copy, copy_gbps))
+    del src, dst
+    for n in (1, 256, 1024):
+        q = torch.randn(n, 1, H, K, device=dev, dtype=torch.bfloat16)
+        k = torch.randn(n, 1, H, K, device=dev, dtype=torch.bfloat16)
+        v = torch.randn(n, 1, HV, V, device=dev, dtype=torch.bfloat16)
+        a = torch.randn(n, 1, HV, device=dev, dtype=torch.bfloat16)
+        b = torch.randn(n, 1, HV, device=dev, dtype=torch.bfloat16)
+        A_log = torch.rand(HV, device=dev, dtype=torch.float32)
+        dt_bias = torch.rand(HV, device=dev, dtype=torch.float32)
+        state = torch.randn(n, HV, V, K, device=dev, dtype=torch.float32) * 0.1
+        try:
+            def run():
+                return fi_decode(q, k, v, state, A_log, a, dt_bias, b, scale=K ** -0.5,
+                                 use_qk_l2norm=True)
+            t = time_ms(run)
+        except Exception as e:  # noqa: BLE001
+            print("flashinfer decode N %d failed: %s" % (n, e))
+            continue
+        gbps = 2 * state.numel() * 4 / (t * 1e-3) / 1e9
+        print("decode N %-5d flashinfer sm90          %8.1f us  %.0f GB/s  %.2f x copy"
+              % (n, t * 1e3, gbps, gbps / copy_gbps))
 
 
 if __name__ == "__main__":

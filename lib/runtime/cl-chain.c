@@ -5,6 +5,10 @@
  */
 #include "runtime/runtime.h"
 
+#if CLVARLEN_HAVE_CLBLAST
+#include <clblast_c.h>
+#endif
+
 #if CLVARLEN_HAVE_OPENCL
 
 clvarlen_status cv_chain_begin(cv_chain *c, clvarlen_context *ctx, cl_uint num_events,
@@ -84,6 +88,58 @@ clvarlen_status cv_chain_read_rows(cv_chain *c, cl_mem mem, int64_t rows, size_t
     const cl_event *wl;
     cv_chain_wait_list(c, &nw, &wl);
     return cv_read_rows(c->ctx, mem, rows, row_bytes, dev_stride_b, host, host_stride_b, nw, wl);
+}
+
+#if CLVARLEN_HAVE_CLBLAST
+clvarlen_status cv_chain_sgemm_batched(cv_chain *c, bool trans_b, size_t m, size_t n, size_t k,
+                                       float alpha, cl_mem a, size_t a_off, size_t lda,
+                                       size_t a_stride, cl_mem b, size_t b_off, size_t ldb,
+                                       size_t b_stride, float beta, cl_mem cm, size_t c_off,
+                                       size_t ldc, size_t c_stride, size_t batch)
+{
+    if (batch == 0)
+        return CLVARLEN_SUCCESS;
+    /* CLBlast takes no wait list: a barrier orders it after the chain (on an
+     * out-of-order queue too) */
+    cl_uint nw;
+    const cl_event *wl;
+    cv_chain_wait_list(c, &nw, &wl);
+    if (nw) {
+        cl_int err = clEnqueueBarrierWithWaitList(c->ctx->queue, nw, wl, NULL);
+        if (err != CL_SUCCESS)
+            return cv_cl_check(c->ctx, err, "clEnqueueBarrierWithWaitList");
+    }
+    cl_event ev = NULL;
+    CLBlastStatusCode s = CLBlastSgemmStridedBatched(
+        CLBlastLayoutRowMajor, CLBlastTransposeNo,
+        trans_b ? CLBlastTransposeYes : CLBlastTransposeNo, m, n, k, alpha, a, a_off, lda,
+        a_stride, b, b_off, ldb, b_stride, beta, cm, c_off, ldc, c_stride, batch,
+        &c->ctx->queue, &ev);
+    if (s != CLBlastSuccess) {
+        if (ev)
+            clReleaseEvent(ev);
+        return cv_error(c->ctx, CLVARLEN_ERROR_OPENCL,
+                        "CLBlast strided batched SGEMM (%zu x %zu x %zu, batch %zu): status %d", m,
+                        n, k, batch, (int)s);
+    }
+    if (!ev) /* no event came back: a marker stands for the GEMM */
+        return cv_chain_marker(c);
+    cv_chain_take(c, ev);
+    return CLVARLEN_SUCCESS;
+}
+#endif
+
+clvarlen_status cv_chain_marker(cv_chain *c)
+{
+    cl_uint nw;
+    const cl_event *wl;
+    cv_chain_wait_list(c, &nw, &wl);
+    cl_event ev = NULL;
+    cl_int err = clEnqueueMarkerWithWaitList(c->ctx->queue, nw, wl, &ev);
+    if (err != CL_SUCCESS)
+        return cv_cl_check(c->ctx, err, "clEnqueueMarkerWithWaitList");
+    cv_chain_take(c, ev);
+    return CLVARLEN_SUCCESS;
 }
 
 void cv_chain_abort(cv_chain *c)

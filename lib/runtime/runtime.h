@@ -87,6 +87,8 @@ struct clvarlen_context {
     int gdn_shfl_refused;      /* the driver refused gated delta's warp shuffles */
     int gdn_mma_refused;       /* the driver refused gated delta's tensor-core kernel */
     int gdn_scan_refused;      /* ... or only its two-stage form (prep and scan kernels) */
+    int gdn_blas_refused;      /* CLBlast or the kernels around it failed for the portable
+                                * chunked path: the fused portable kernel from then on */
     int exact_div;             /* f32 divide is correctly rounded (CL_DEVICE_SINGLE_FP_CONFIG) */
     /* Work space of the ops' command chains (cv_temp): kept across calls
      * because releasing a buffer that queued kernels still use blocks on some
@@ -267,6 +269,18 @@ clvarlen_status cv_chain_read_rows(cv_chain *c, cl_mem mem, int64_t rows, size_t
  * library), or releases it when event is NULL.
  */
 clvarlen_status cv_chain_end(cv_chain *c, const char *fn, clvarlen_status st, cl_event *event);
+/** A marker after the chain's last command becomes its last event. */
+clvarlen_status cv_chain_marker(cv_chain *c);
+#if CLVARLEN_HAVE_CLBLAST
+/** CLBlast's strided batched SGEMM (row-major, C = alpha A B(^T) + beta C, offsets and strides
+ * in floats) on the chain: it waits for the chain's last event and becomes it. A failure
+ * (CLBLAST's status in the message) is CLVARLEN_ERROR_OPENCL. */
+clvarlen_status cv_chain_sgemm_batched(cv_chain *c, bool trans_b, size_t m, size_t n, size_t k,
+                                       float alpha, cl_mem a, size_t a_off, size_t lda,
+                                       size_t a_stride, cl_mem b, size_t b_off, size_t ldb,
+                                       size_t b_stride, float beta, cl_mem cm, size_t c_off,
+                                       size_t ldc, size_t c_stride, size_t batch);
+#endif
 /** Releases what the chain holds (error paths that do not reach cv_chain_end). */
 void cv_chain_abort(cv_chain *c);
 
