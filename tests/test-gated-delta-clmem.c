@@ -80,8 +80,45 @@ END_TEST
  * forked child, and the library reads the tuning per call. */
 START_TEST(chunked_wide_group)
 {
-    setenv("CLVARLEN_GDN_TUNING", "cwg=256", 1);
+    setenv("CLVARLEN_GDN_TUNING", "cwg=256,blas=0", 1);
     gdn_t_seed_state_indices(gdn_ctx, CLVARLEN_GDN_CHUNKED);
+}
+END_TEST
+
+/* The portable chunked paths against the oracle: CLBlast's products with the
+ * kernels of cl/gated-delta-blas.cl (PoCL's default where CLBlast is built),
+ * with heads in groups of one (a 1 KiB scratch cap), and the fused kernel
+ * (blas=0, the default on GPUs without the tensor-core path). Lengths around
+ * the chunk, initial states from the pool, negative slots, both layouts, V
+ * tiles cut short (V = 40, 3), odd head dims (K = 5). */
+START_TEST(portable_chunked)
+{
+    static const char *const tuning[4] = {"blas=1", "blas=1,scr=1", "blas=0", "blas=1"};
+    static const int dims[4][2] = {{16, 24}, {32, 40}, {16, 24}, {5, 3}};
+    static const clvarlen_dtype dts[4] = {CLVARLEN_DTYPE_F32, CLVARLEN_DTYPE_BF16,
+                                          CLVARLEN_DTYPE_F16, CLVARLEN_DTYPE_F32};
+    setenv("CLVARLEN_GDN_TUNING", tuning[_i], 1);
+    static const int32_t lengths[7] = {200, 64, 65, 1, 0, 63, 130};
+    static const int32_t idx[7] = {5, 0, -1, 2, 3, 1, -1};
+    gdn_case_cfg cfg = gdn_cfg_default();
+    cfg.seed = 301 + (uint64_t)_i;
+    cfg.H = 2;
+    cfg.HV = 4;
+    cfg.K = dims[_i][0];
+    cfg.V = dims[_i][1];
+    cfg.n = 7;
+    cfg.lengths = lengths;
+    cfg.use_pool = 1;
+    cfg.slots = 7;
+    cfg.indices = idx;
+    cfg.l2norm = _i != 2;
+    cfg.dtype = dts[_i];
+    cfg.layout = _i & 1 ? CLVARLEN_STATE_KV : CLVARLEN_STATE_VK;
+    cfg.algorithm = CLVARLEN_GDN_CHUNKED;
+    gdn_case c;
+    gdn_case_make(&c, &cfg);
+    gdn_run_and_check(gdn_ctx, &c, tuning[_i]);
+    gdn_case_free(&c);
 }
 END_TEST
 
@@ -558,6 +595,7 @@ void gdn_add_cl_cases(TCase *oracle, TCase *api)
     tcase_add_test(oracle, auto_per_sequence);
     tcase_add_test(oracle, chunked_wide_group);
     tcase_add_loop_test(oracle, mma_chunked, 0, 8);
+    tcase_add_loop_test(oracle, portable_chunked, 0, 4);
     tcase_add_test(oracle, mma_large_heads);
     tcase_add_test(oracle, chunked_then_decode);
     tcase_add_loop_test(oracle, mma_fixed_head_groups, 0, 2);

@@ -619,7 +619,12 @@ typedef enum clvarlen_gdn_algorithm {
      * 25 KiB per 64-token chunk (plus one per sequence) and value head, at most 512 MiB per
      * call where the heads allow (they are then taken in groups); the context keeps that
      * buffer for later calls until clvarlen_context_destroy. Where it cannot be allocated the
-     * call runs a fused kernel that needs none (slower, same result within SPEC 4). */
+     * call runs a fused kernel that needs none (slower, same result within SPEC 4). On CPU
+     * OpenCL devices (PoCL), in a library built with CLBlast, the chunk-parallel products run
+     * on CLBlast's batched SGEMM instead of the fused kernel (measured faster there), with a
+     * work buffer of about 385 KiB per 64-token chunk (plus one per sequence) and value head
+     * at key_dim = value_dim = 128, up to an eighth of the device's memory per call, kept by
+     * the context likewise; should it or CLBlast fail, the fused kernel runs. */
     CLVARLEN_GDN_CHUNKED = 2
 } clvarlen_gdn_algorithm;
 

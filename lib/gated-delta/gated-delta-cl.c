@@ -27,6 +27,7 @@ typedef struct gdn_tiles {
     int blas;          /* chunked without tensor cores: CLBlast products + own kernels
                         * (cl/gated-delta-blas.cl; 0: the fused portable kernel) */
     size_t scr_cap;    /* the two stages' scratch per call before heads go in groups */
+    int scr_set;       /* ... set by the tuning knob (else the CLBlast path sizes its own) */
     int64_t chunk_min; /* AUTO: sequences at least this long run chunked */
 } gdn_tiles;
 
@@ -197,13 +198,14 @@ static void gdn_resolve_tiles(const clvarlen_context *ctx, const cv_gdn_problem 
      * 0.95 / 3.31 / 6.29 with 4 warps and 2.43 / 1.70 / 4.87 / - fused */
     int mma = -1, mvt = 32, split = 1, scan = 1, sw = 8, only = 0;
     long long scr_kib = 0;
-    int vec4 = 1, pre = !tu->gdn_no_prefetch, blas = CLVARLEN_HAVE_CLBLAST;
+    int vec4 = 1, pre = !tu->gdn_no_prefetch, blas = tu->gdn_chunk_blas;
     gdn_tuning_override(&wg, &vt, &tk, &cwg, &cvt, &cmin, &mma, &mvt, &split, &scan, &sw, &only,
                         &scr_kib, &vec4, &pre, &blas);
     t->vec4 = vec4;
     t->prefetch = pre;
     t->only = only;
     t->scr_cap = scr_kib > 0 ? (size_t)scr_kib << 10 : GDN_SCR_CAP;
+    t->scr_set = scr_kib > 0;
     t->split = split;
     gdn_resolve_mma(ctx, p, mma, mvt, scan, sw, t);
     {
@@ -505,7 +507,21 @@ static clvarlen_status gdn_enqueue_blas(cv_chain *c, const cv_gdn_problem *p,
     const size_t K = (size_t)p->K, V = (size_t)p->V, C = GDN_CHUNK;
     const cl_long n_slots = p->total_tokens / GDN_CHUNK + p->n_seqs + 1;
     const size_t per_head = (size_t)n_slots * (size_t)GDN_BL_FLOATS(K, V) * sizeof(float);
-    cl_int hcount = (cl_int)CV_MAX((size_t)1, CV_MIN((size_t)p->HV, t->scr_cap / per_head));
+    /* The scan runs over the heads of one group at a time, so a small group starves
+     * it (H100, 4 x 32768 tokens in groups of 2 heads: 154 ms); its scratch may take
+     * up to an eighth of the device's memory, within one allocation's limit. */
+    size_t cap = t->scr_cap;
+    if (!t->scr_set) {
+        cl_ulong max_alloc = 0;
+        if (clGetDeviceInfo(ctx->cl_dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof max_alloc,
+                            &max_alloc, NULL) != CL_SUCCESS)
+            max_alloc = 0;
+        const uint64_t eighth = ctx->device.global_mem_bytes / 8;
+        const uint64_t want = CV_MIN(eighth, (uint64_t)max_alloc);
+        if (want > cap && want <= SIZE_MAX)
+            cap = (size_t)want;
+    }
+    cl_int hcount = (cl_int)CV_MAX((size_t)1, CV_MIN((size_t)p->HV, cap / per_head));
     cl_mem scr;
     if (cv_temp(ctx, per_head * (size_t)hcount, &scr) != CLVARLEN_SUCCESS) {
         cv_log(ctx, CLVARLEN_LOG_INFO,

@@ -6,6 +6,10 @@
  */
 #include "runtime/runtime.h"
 
+#if CLVARLEN_HAVE_CLBLAST
+#include <clblast_c.h>
+#endif
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -296,6 +300,14 @@ void clvarlen_context_destroy(clvarlen_context *ctx)
         goto host_memory;
     if (ctx->queue)
         clFinish(ctx->queue);
+#if CLVARLEN_HAVE_CLBLAST
+    /* CLBlast keeps its programs in a process-wide cache, released at exit: by then
+     * this OpenCL context may be gone (Oclgrind's runtime corrupted the heap so).
+     * CLBlast's answer is to clear the cache before its context goes; other
+     * contexts rebuild (or reload from the driver's cache) on their next call. */
+    if (ctx->cl_ctx)
+        CLBlastClearCache();
+#endif
     cv_programs_release(ctx);
     cv_release(&ctx->check_flag);
     cv_release(&ctx->temp);

@@ -85,6 +85,10 @@ void cv_tuning_for(const clvarlen_device_info *info, cv_tuning *t)
          * on the local id (if (lid < 64)) is taken by every work-item of the group,
          * so the output comes out zero (Oclgrind finds no fault at 128 or 256) */
         t->gdn_chunk_wg_max = 64;
+        /* PoCL (2 cores), 4 x 1024 tokens: the CLBlast chunked path 527 ms against the
+         * fused kernel's 788 ms (and 578 ms token by token); on an H100 standing in for a
+         * GPU without tensor-core kernels it lost to both (docs/PERFORMANCE.md) */
+        t->gdn_chunk_blas = 1;
         t->attn_block_m = 16;
         t->attn_block_n = 32;
         t->attn_wg = 16;

@@ -48,6 +48,8 @@ typedef struct cv_tuning {
     size_t gdn_wg;         /* gated delta: work-group size */
     size_t gdn_k_lanes;    /* gated delta: work-items sharing one V column (K split); 0: default */
     int gdn_no_prefetch;   /* gated delta token kernel: no next-token prefetch (fewer registers) */
+    int gdn_chunk_blas;    /* gated delta chunked without tensor cores: CLBlast's products (built
+                            * with CLBlast) rather than the fused portable kernel */
     size_t gdn_chunk_min;  /* gated delta: shortest sequence run chunked (AUTO); 0: never */
     size_t gdn_chunk_v_tile; /* gated delta chunked: V columns per work-group; 0: default */
     size_t gdn_chunk_wg;   /* gated delta chunked: work-group size (64, 128 or 256); 0: default */

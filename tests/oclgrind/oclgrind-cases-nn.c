@@ -201,7 +201,9 @@ enum {
     GD_KV = 2,        /* [K, V] state layout */
     GD_INTER = 4,     /* intermediate states (target verify) */
     GD_L2NORM = 8,    /* use_qk_l2norm */
-    GD_GPU_TILES = 16,/* the GPU entries' tiles (CLVARLEN_GDN_TUNING) */
+    GD_GPU_TILES = 16,/* the GPU entries' tiles (CLVARLEN_GDN_TUNING), chunked as the fused
+                         portable kernel (gdn_chunked); without it, chunked cases run the
+                         CLBlast path, the CPU devices' default */
     GD_AUTO = 32,     /* AUTO with a chunk threshold of 4 tokens: both kernels in one call */
     GD_FIXED = 64,    /* no cu_seqlens: 3 sequences of 2 tokens */
     GD_CLMEM = 128,   /* the cl_mem entry point with device checks (gdn_check) */
@@ -343,7 +345,7 @@ static int case_gdn(oc_run *r, const oc_case *c)
     if (gdn_setup(r, c, &g))
         goto out;
     if (c->c & GD_GPU_TILES)
-        setenv("CLVARLEN_GDN_TUNING", "wg=128,vt=16,tk=16,cwg=256,cvt=16", 1);
+        setenv("CLVARLEN_GDN_TUNING", "wg=128,vt=16,tk=16,cwg=256,cvt=16,blas=0", 1);
     else if (c->c & GD_AUTO)
         setenv("CLVARLEN_GDN_TUNING", "min=4", 1);
     else if (c->c & GD_MMA)
