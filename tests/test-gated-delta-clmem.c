@@ -85,48 +85,57 @@ START_TEST(chunked_wide_group)
 }
 END_TEST
 
-/* The portable chunked paths against the oracle: CLBlast's products with the
- * kernels of cl/gated-delta-blas.cl (PoCL's default where CLBlast is built),
- * with heads in groups of one (a 1 KiB scratch cap), and the fused kernel
- * (blas=0, the default on GPUs without the tensor-core path). Lengths around
- * the chunk, initial states from the pool, negative slots, both layouts, V
- * tiles cut short (V = 40, 3), odd head dims (K = 5). */
+/* One CHUNKED case under a tuning string, against the oracle: 7 sequences of
+ * lengths around the chunk (200, 64, 65, 1, 0, 63, 130), H 2, HV 4, initial
+ * states from the pool, two negative slots. */
+static void chunked_edge_case(const char *tuning, uint64_t seed, int K, int V, clvarlen_dtype dt,
+                              int l2norm, clvarlen_state_layout layout, int disable_update)
+{
+    setenv("CLVARLEN_GDN_TUNING", tuning, 1);
+    static const int32_t lengths[7] = {200, 64, 65, 1, 0, 63, 130};
+    static const int32_t idx[7] = {5, 0, -1, 2, 3, 1, -1};
+    gdn_case_cfg cfg = gdn_cfg_default();
+    cfg.seed = seed;
+    cfg.H = 2;
+    cfg.HV = 4;
+    cfg.K = K;
+    cfg.V = V;
+    cfg.n = 7;
+    cfg.lengths = lengths;
+    cfg.use_pool = 1;
+    cfg.slots = 7;
+    cfg.indices = idx;
+    cfg.l2norm = l2norm;
+    cfg.dtype = dt;
+    cfg.layout = layout;
+    cfg.disable_update = disable_update;
+    cfg.algorithm = CLVARLEN_GDN_CHUNKED;
+    gdn_case c;
+    gdn_case_make(&c, &cfg);
+    gdn_run_and_check(gdn_ctx, &c, tuning);
+    gdn_case_free(&c);
+}
+
+/* The portable chunked paths: CLBlast's products with the kernels of
+ * cl/gated-delta-blas.cl (PoCL's default where CLBlast is built), with heads
+ * in groups of one (a 1 KiB scratch cap), and the fused kernel (blas=0, the
+ * default on GPUs without the tensor-core path); both layouts, V tiles cut
+ * short (V = 40, 3), odd head dims (K = 5). */
 START_TEST(portable_chunked)
 {
     static const char *const tuning[4] = {"blas=1", "blas=1,scr=1", "blas=0", "blas=1"};
     static const int dims[4][2] = {{16, 24}, {32, 40}, {16, 24}, {5, 3}};
     static const clvarlen_dtype dts[4] = {CLVARLEN_DTYPE_F32, CLVARLEN_DTYPE_BF16,
                                           CLVARLEN_DTYPE_F16, CLVARLEN_DTYPE_F32};
-    setenv("CLVARLEN_GDN_TUNING", tuning[_i], 1);
-    static const int32_t lengths[7] = {200, 64, 65, 1, 0, 63, 130};
-    static const int32_t idx[7] = {5, 0, -1, 2, 3, 1, -1};
-    gdn_case_cfg cfg = gdn_cfg_default();
-    cfg.seed = 301 + (uint64_t)_i;
-    cfg.H = 2;
-    cfg.HV = 4;
-    cfg.K = dims[_i][0];
-    cfg.V = dims[_i][1];
-    cfg.n = 7;
-    cfg.lengths = lengths;
-    cfg.use_pool = 1;
-    cfg.slots = 7;
-    cfg.indices = idx;
-    cfg.l2norm = _i != 2;
-    cfg.dtype = dts[_i];
-    cfg.layout = _i & 1 ? CLVARLEN_STATE_KV : CLVARLEN_STATE_VK;
-    cfg.algorithm = CLVARLEN_GDN_CHUNKED;
-    gdn_case c;
-    gdn_case_make(&c, &cfg);
-    gdn_run_and_check(gdn_ctx, &c, tuning[_i]);
-    gdn_case_free(&c);
+    chunked_edge_case(tuning[_i], 301 + (uint64_t)_i, dims[_i][0], dims[_i][1], dts[_i], _i != 2,
+                      _i & 1 ? CLVARLEN_STATE_KV : CLVARLEN_STATE_VK, 0);
 }
 END_TEST
 
 /* The tensor-core chunked kernel (cl/gated-delta-mma.cl), forced: emulated
- * on PoCL, natively on NVIDIA. Against the oracle over lengths around the
- * chunk (0, 1, 63, 64, 65, 200), initial states from the pool, negative
- * slots, HV > H, both layouts, bf16 and f16, V tiles cut short (V = 40 with
- * 32- and 16-column tiles), K = 16 and 32, with and without the L2 norm. */
+ * on PoCL, natively on NVIDIA. Over the edge case's lengths, HV > H, both
+ * layouts, bf16 and f16, V tiles cut short (V = 40 with 32- and 16-column
+ * tiles), K = 16 and 32, with and without the L2 norm. */
 START_TEST(mma_chunked)
 {
     /* 0-3: the two-stage path (gdn_chunk_prep, gdn_chunk_scan) with 8 (the
@@ -135,29 +144,9 @@ START_TEST(mma_chunked)
     static const char *const tuning[8] = {
         "mma=1,scan=1",      "mma=1,scan=1,sw=2", "mma=1,scan=1,sw=1",   "mma=1,scan=1,sw=4",
         "mma=1,scan=0",      "mma=1,scan=0,mvt=16", "mma=1,scan=0",      "mma=1,scan=0,mvt=64"};
-    setenv("CLVARLEN_GDN_TUNING", tuning[_i], 1);
-    static const int32_t lengths[7] = {200, 64, 65, 1, 0, 63, 130};
-    static const int32_t idx[7] = {5, 0, -1, 2, 3, 1, -1};
-    gdn_case_cfg cfg = gdn_cfg_default();
-    cfg.seed = 101 + (uint64_t)_i;
-    cfg.H = 2;
-    cfg.HV = 4;
-    cfg.K = _i & 1 ? 32 : 16;
-    cfg.V = _i & 1 ? 40 : 24;
-    cfg.n = 7;
-    cfg.lengths = lengths;
-    cfg.use_pool = 1;
-    cfg.slots = 7;
-    cfg.indices = idx;
-    cfg.l2norm = (_i & 3) != 3;
-    cfg.dtype = _i & 2 ? CLVARLEN_DTYPE_F16 : CLVARLEN_DTYPE_BF16;
-    cfg.layout = _i & 1 ? CLVARLEN_STATE_KV : CLVARLEN_STATE_VK;
-    cfg.disable_update = (_i & 3) == 2;
-    cfg.algorithm = CLVARLEN_GDN_CHUNKED;
-    gdn_case c;
-    gdn_case_make(&c, &cfg);
-    gdn_run_and_check(gdn_ctx, &c, tuning[_i]);
-    gdn_case_free(&c);
+    chunked_edge_case(tuning[_i], 101 + (uint64_t)_i, _i & 1 ? 32 : 16, _i & 1 ? 40 : 24,
+                      _i & 2 ? CLVARLEN_DTYPE_F16 : CLVARLEN_DTYPE_BF16, (_i & 3) != 3,
+                      _i & 1 ? CLVARLEN_STATE_KV : CLVARLEN_STATE_VK, (_i & 3) == 2);
 }
 END_TEST
 

@@ -33,6 +33,26 @@ clvarlen_status cv_gdn_cl_run(clvarlen_context *ctx, const char *fn, const clvar
 clvarlen_status cv_gdn_cl_host(clvarlen_context *ctx, const char *fn, const clvarlen_gdn_params *pa,
                                const cv_gdn_problem *p);
 
+/* gated-delta-cl.c: sets the arguments every kernel with GDN_ARGS takes first
+ * (cl/gated.clh). */
+void cv_gdn_set_args(cv_args *ar, const cv_gdn_problem *p, const cv_gdn_bufs *d, int flags,
+                     cl_long chunk_min, cl_mem check);
+
+/* gated-delta-blas.c, the portable chunked path: the V tile of its scan, the
+ * local memory its kernels need for key_dim K, and its launcher. The launcher
+ * takes heads in groups whose scratch fits scr_cap (scr_set: as given; else
+ * up to an eighth of the device's memory); *fell_back: nothing but scratch was
+ * written and the caller runs the fused kernel (no scratch, a kernel that
+ * would not build, or CLBlast failed before any scan ran; after a CLBlast
+ * failure the context keeps to the fused kernel). */
+#define CV_GDN_BLAS_VT 16
+size_t cv_gdn_blas_local_bytes(int K);
+#if CLVARLEN_HAVE_CLBLAST
+clvarlen_status cv_gdn_enqueue_blas(cv_chain *c, const cv_gdn_problem *p, const cv_gdn_bufs *d,
+                                    size_t scr_cap, bool scr_set, int64_t chunk_min, int flags,
+                                    int *fell_back);
+#endif
+
 #endif /* CLVARLEN_HAVE_OPENCL */
 
 #endif /* CLVARLEN_GATED_DELTA_CL_H */
