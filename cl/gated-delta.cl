@@ -12,7 +12,8 @@
  * flags: uniform branches cost nothing measurable, and fewer variants keep
  * first-use compiles (seconds each on CPU devices) few.
  * Without CV_GDN_CHUNKED the program holds the token kernel (CV_WG
- * work-items, CV_VT columns, CV_TK work-items per column) and the index
+ * work-items, CV_VT columns, CV_TK work-items per column; CV_GDN_VEC4 float4
+ * state moves, CV_GDN_NO_PREFETCH no next-token prefetch) and the index
  * check; with it, the chunked kernel (CV_CWG work-items: 64, 128 or 256,
  * CV_CVT columns, CV_KS key columns staged at a time). The helpers and the
  * argument list both share with cl/gated-delta-mma.cl are in the family
@@ -90,8 +91,8 @@ __kernel void gdn_check(__global const uchar *cu, ulong cu_off, long fixed_len, 
 #define GDN_PREFETCH 0
 #endif
 
-/* Row i of work-item kl's rows of K. With CV_GDN_VEC4 (the host sets it for
- * f32 states with K a multiple of 4 TK) a work-item holds runs of four
+/* Row i of work-item kl's rows of K. With CV_GDN_VEC4 (the host's default; it
+ * applies to f32 states with K a multiple of 4 TK) a work-item holds runs of four
  * adjacent rows, kl's run of each span of 4 TK, so [V, K] states move as
  * float4 (a warp's load instruction carries 4x the bytes); otherwise rows
  * kl, kl + TK, ... The reductions sum over all rows, so the assignment

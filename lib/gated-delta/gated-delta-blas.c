@@ -21,6 +21,37 @@ size_t cv_gdn_blas_local_bytes(int K)
 }
 
 #if CLVARLEN_HAVE_CLBLAST
+/* What every kernel of a head group takes after the shared arguments. */
+typedef struct blas_group {
+    const cv_gdn_problem *p;
+    const cv_gdn_bufs *d;
+    int flags;
+    cl_long chunk_min;
+    cl_mem scr;
+    cl_long n_slots;
+    cl_int h0, hc;
+} blas_group;
+
+/* One of the path's kernels over `groups` work-groups of 64; with_args: it
+ * takes GDN_ARGS first (all but the solve). */
+static clvarlen_status blas_kernel(cv_chain *c, const blas_group *g, cl_kernel k, const char *name,
+                                   bool with_args, size_t groups)
+{
+    cv_args ar = cv_args_begin(k);
+    if (with_args)
+        cv_gdn_set_args(&ar, g->p, g->d, g->flags, g->chunk_min, c->flag);
+    CV_ARG(ar, g->scr);
+    CV_ARG(ar, g->n_slots);
+    if (with_args)
+        CV_ARG(ar, g->h0);
+    CV_ARG(ar, g->hc);
+    clvarlen_status st = cv_cl_check(c->ctx, ar.err, name);
+    if (st != CLVARLEN_SUCCESS)
+        return st;
+    const size_t local = GDN_CHUNK, global = groups * local;
+    return cv_chain_run(c, k, name, 1, &global, &local);
+}
+
 /* The portable chunked path (cl/gated-delta-blas.cl has the whole sequence of
  * steps): per group of heads whose scratch fits the cap, the pack, CLBlast's
  * K K^T and Q K^T, the solve, T KB and T VE, the scan, Q H + P VN, and the
@@ -85,7 +116,7 @@ clvarlen_status cv_gdn_enqueue_blas(cv_chain *c, const cv_gdn_problem *p, const 
     for (cl_int h0 = 0; h0 < (cl_int)p->HV; h0 += hcount) {
         const cl_int hc = CV_MIN(hcount, (cl_int)p->HV - h0);
         const size_t nb = (size_t)n_slots * (size_t)hc;
-        cl_long ns = n_slots;
+        const blas_group g = {p, d, flags, (cl_long)chunk_min, scr, n_slots, h0, hc};
 /* array X's first float in this group's scratch */
 #define BL(X) (nb * (size_t)GDN_BL_##X(K, V))
 /* C[X] = A[Y] B[Z](^T) (+ C[X] if acc) for every item: m, n, k and the leading dims */
@@ -93,54 +124,38 @@ clvarlen_status cv_gdn_enqueue_blas(cv_chain *c, const cv_gdn_problem *p, const 
     cv_chain_sgemm_batched(c, tb, m, n, k, 1.0f, scr, BL(Y), lda, (m) * (lda), scr, BL(Z), ldb,  \
                            (tb ? (n) : (k)) * (ldb), acc ? 1.0f : 0.0f, scr, BL(X), ldc,          \
                            (m) * (ldc), nb)
-        for (int step = 0; step < 7; step++) {
-            const int kern = step == 0 ? 0 : step == 2 ? 1 : step == 4 ? 2 : step == 6 ? 3 : -1;
-            if (kern < 0) {
-                if (step == 1) {
-                    st = GEMM(true, C, C, K, KN, K, KN, K, 0, KK, C);
-                    if (st == CLVARLEN_SUCCESS)
-                        st = GEMM(true, C, C, K, QS, K, KN, K, 0, QK, C);
-                } else if (step == 3) {
-                    st = GEMM(false, C, K, C, KK, C, KB, K, 0, W, K);
-                    if (st == CLVARLEN_SUCCESS)
-                        st = GEMM(false, C, V, C, KK, C, VE, V, 0, U, V);
-                } else {
-                    st = GEMM(false, C, V, K, QE, K, H, V, 0, O, V);
-                    if (st == CLVARLEN_SUCCESS)
-                        st = GEMM(false, C, V, C, QK, C, VN, V, 1, O, V);
-                }
-                if (st == CLVARLEN_SUCCESS)
-                    continue;
-                if (scanned)
-                    return st; /* states already updated: no other path can take over */
-                ctx->gdn_blas_refused = 1;
-                cv_log(ctx, CLVARLEN_LOG_INFO, "gated delta: %s; running the fused kernel",
-                       clvarlen_last_error(ctx));
-                cv_clear_error(ctx);
-                *fell_back = 1;
-                return CLVARLEN_SUCCESS;
-            }
-            cv_args ar = cv_args_begin(kn[kern]);
-            if (kern != 1)
-                cv_gdn_set_args(&ar, p, d, flags, (cl_long)chunk_min, c->flag);
-            CV_ARG(ar, scr);
-            CV_ARG(ar, ns);
-            if (kern != 1)
-                CV_ARG(ar, h0);
-            CV_ARG(ar, hc);
-            if ((st = cv_cl_check(ctx, ar.err, names[kern])) != CLVARLEN_SUCCESS)
-                return st;
-            const size_t local = GDN_CHUNK;
-            const size_t groups = kern == 2 ? (size_t)p->n_seqs * (size_t)hc * nvt : nb;
-            const size_t global = groups * local;
-            if ((st = cv_chain_run(c, kn[kern], names[kern], 1, &global, &local)) !=
-                CLVARLEN_SUCCESS)
-                return st;
-            scanned |= kern == 2;
-        }
+#define KERNEL(i, groups)                                                                      \
+    if ((st = blas_kernel(c, &g, kn[i], names[i], i != 1, groups)) != CLVARLEN_SUCCESS)       \
+        return st;
+#define PRODUCT(call)                                                                          \
+    if ((st = (call)) != CLVARLEN_SUCCESS)                                                     \
+        goto product_failed;
+        KERNEL(0, nb)
+        PRODUCT(GEMM(true, C, C, K, KN, K, KN, K, 0, KK, C))
+        PRODUCT(GEMM(true, C, C, K, QS, K, KN, K, 0, QK, C))
+        KERNEL(1, nb)
+        PRODUCT(GEMM(false, C, K, C, KK, C, KB, K, 0, W, K))
+        PRODUCT(GEMM(false, C, V, C, KK, C, VE, V, 0, U, V))
+        KERNEL(2, (size_t)p->n_seqs * (size_t)hc * nvt)
+        scanned = 1;
+        PRODUCT(GEMM(false, C, V, K, QE, K, H, V, 0, O, V))
+        PRODUCT(GEMM(false, C, V, C, QK, C, VN, V, 1, O, V))
+        KERNEL(3, nb)
+#undef PRODUCT
+#undef KERNEL
 #undef GEMM
 #undef BL
     }
+    return CLVARLEN_SUCCESS;
+
+product_failed:
+    if (scanned)
+        return st; /* states already updated: no other path can take over */
+    ctx->gdn_blas_refused = 1;
+    cv_log(ctx, CLVARLEN_LOG_INFO, "gated delta: %s; running the fused kernel",
+           clvarlen_last_error(ctx));
+    cv_clear_error(ctx);
+    *fell_back = 1;
     return CLVARLEN_SUCCESS;
 }
 #endif /* CLVARLEN_HAVE_CLBLAST */

@@ -326,7 +326,7 @@ static void gdn_arg_mem(cv_args *ar, const cv_gdn_mem *x)
 
 /* The arguments of every kernel that takes GDN_ARGS. */
 void cv_gdn_set_args(cv_args *ar, const cv_gdn_problem *p, const cv_gdn_bufs *d, int flags,
-                         cl_long chunk_min, cl_mem check)
+                     cl_long chunk_min, cl_mem check)
 {
     cl_long a_stride = p->a_stride, b_stride = p->b_stride, q_stride = p->q_stride,
             k_stride = p->k_stride, v_stride = p->v_stride, o_stride = p->o_stride;
