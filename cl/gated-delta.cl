@@ -43,22 +43,14 @@
 
 /* ------------------------------------------------------------------ checks */
 
-/* Device checks of the indices (and of target-verify lengths), and with
- * GDN_HAS_CU of cu_seqlens itself (work-items 0 .. n_seqs), as the shared
- * check_cu_seqlens kernel does (cl/check.cl): one launch fewer per call. */
+/* Device checks of the indices (and of target-verify lengths); cu_seqlens
+ * itself is checked by the shared cu_seqlens kernel. */
 __kernel void gdn_check(__global const uchar *cu, ulong cu_off, long fixed_len, long n_seqs,
                         long total, __global const uchar *sidx, ulong sidx_off, long slots,
                         __global const uchar *cidx, ulong cidx_off, long cache_slots,
                         int cache_steps, int flags, __global int *check)
 {
     long n = get_global_id(0);
-    if ((flags & GDN_HAS_CU) && n <= n_seqs) {
-        __global const int *c = CV_CPTR(int, cu, cu_off);
-        const int x = c[n];
-        if ((n == 0 && x != 0) || (n < n_seqs && c[n + 1] < x) ||
-            (n == n_seqs && total >= 0 && (long)x != total))
-            cv_flag(check, CV_CHECK_CU_SEQLENS);
-    }
     if (n >= n_seqs)
         return;
     if ((flags & GDN_HAS_POOL) && (flags & GDN_HAS_SIDX)) {

@@ -539,8 +539,7 @@ START_TEST(cl_mem_device_checks)
     unsigned char *o = malloc(c.o_bytes + 1), *pool = malloc(c.pool_bytes + 1);
     ck_assert(o && pool);
 
-    /* cu_seqlens is checked by the index check kernel itself (one launch): each of
-     * its three conditions once */
+    /* each of cu_seqlens' three conditions once */
     for (int bad = 0; bad < 5; bad++) {
         gdn_case_reset(&c);
         if (bad == 0)

@@ -383,13 +383,13 @@ static clvarlen_status gdn_enqueue_checks(cv_chain *c, const cv_gdn_problem *p,
                                           const cv_gdn_bufs *d, const gdn_tiles *t, int flags)
 {
     clvarlen_status st;
-    if (p->n_seqs == 0 || !(d->sidx.m || d->inter.m)) {
-        if (d->cu.m)
-            return cv_chain_check_cu_seqlens(c, d->cu.m, (size_t)d->cu.off, p->n_seqs,
-                                             p->total_tokens);
-        return CLVARLEN_SUCCESS;
+    if (d->cu.m) {
+        st = cv_chain_check_cu_seqlens(c, d->cu.m, (size_t)d->cu.off, p->n_seqs, p->total_tokens);
+        if (st != CLVARLEN_SUCCESS)
+            return st;
     }
-    /* gdn_check checks cu_seqlens too (GDN_HAS_CU in flags): one launch */
+    if (p->n_seqs == 0 || !(d->sidx.m || d->inter.m))
+        return CLVARLEN_SUCCESS;
     cl_kernel kc;
     if ((st = gdn_kernel(c->ctx, p, t, "gdn_check", &kc)) != CLVARLEN_SUCCESS)
         return st;
@@ -410,7 +410,7 @@ static clvarlen_status gdn_enqueue_checks(cv_chain *c, const cv_gdn_problem *p,
     CV_ARG(ar, c->flag);
     if ((st = cv_cl_check(c->ctx, ar.err, "gdn_check: clSetKernelArg")) != CLVARLEN_SUCCESS)
         return st;
-    size_t local = 64, global = (size_t)p->n_seqs + (d->cu.m ? 1 : 0);
+    size_t local = 64, global = (size_t)p->n_seqs;
     return cv_chain_run(c, kc, "gdn_check", 1, &global, &local);
 }
 

@@ -155,13 +155,8 @@ clvarlen_status cv_chain_end(cv_chain *c, const char *fn, clvarlen_status st, cl
         cv_chain_abort(c);
         return st;
     }
-    if (!c->last) {
-        cl_event ev = NULL;
-        cl_int err = clEnqueueMarkerWithWaitList(c->ctx->queue, c->num_events, c->wait_list, &ev);
-        if (err != CL_SUCCESS)
-            return cv_cl_check(c->ctx, err, "clEnqueueMarkerWithWaitList");
-        c->last = ev;
-    }
+    if (!c->last && (st = cv_chain_marker(c)) != CLVARLEN_SUCCESS)
+        return st;
     *event = c->last;
     c->last = NULL;
     return CLVARLEN_SUCCESS;
