@@ -70,19 +70,25 @@
  * their emulated form: cl/nv-mma.clh, spliced in here by the kernel loader. */
 // clvarlen-include: nv-mma.clh
 
-/* Stages rows [row0, row0 + nrows) of a token-major tensor (this head's
- * HEAD_DIM elements at column offset col0) into `dst` rows 0 .. ROWS-1;
- * rows at or beyond nrows are zero-filled. */
-#define STAGE_ROWS(dst, ROWS, base, tok0, nrows, stride, col0)                                  \
+/* Stages rows ROWEXPR(rr_) for rr_ = 0 .. nrows - 1 of a token-major tensor
+ * (this head's HEAD_DIM elements at column offset col0) into `dst` rows
+ * 0 .. ROWS-1; rows at or beyond nrows are zero-filled. */
+#define STAGE_ROWS_OF(dst, ROWS, base, ROWEXPR, nrows, stride, col0)                            \
     do {                                                                                       \
         for (int e_ = lid; e_ < (ROWS) * CPR; e_ += WG_SIZE) {                                 \
             const int r_ = e_ / CPR, ch_ = e_ % CPR;                                           \
             const bool ok_ = r_ < (nrows);                                                     \
-            const size_t el_ = (size_t)((tok0) + (ok_ ? r_ : 0)) * (size_t)(stride) +          \
-                               (size_t)(col0) + (size_t)ch_ * 8;                               \
+            const int rr_ = ok_ ? r_ : 0;                                                      \
+            const size_t el_ = (size_t)(ROWEXPR) * (size_t)(stride) + (size_t)(col0) +         \
+                               (size_t)ch_ * 8;                                                \
             cp_async16((dst) + r_ * SROW + ch_ * 8, (base) + el_ * 2, ok_ ? 16 : 0);           \
         }                                                                                      \
     } while (0)
+/* Query rows tok0 + r; keys j0 + r of this sequence (KV_ROW: packed or paged). */
+#define STAGE_ROWS(dst, ROWS, base, tok0, nrows, stride, col0)                                  \
+    STAGE_ROWS_OF(dst, ROWS, base, (long)(tok0) + rr_, nrows, stride, col0)
+#define STAGE_KEYS(dst, ROWS, base, j0, nrows, stride, col0)                                    \
+    STAGE_ROWS_OF(dst, ROWS, base, KV_ROW((j0) + rr_), nrows, stride, col0)
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1)))
 void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
@@ -95,7 +101,7 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
                   __global float *lse, ulong lse_off,
                   __global const int *wl, int heads_q, int group, int total_q, int total_k,
                   float scale_log2, float scale, float softcap, int causal, int window_left,
-                  int window_right, __global const int *flag)
+                  int window_right, __global const int *flag CV_PAGED_ARGS)
 {
     __local ushort smem[SMEM_ELEMS] __attribute__((aligned(16)));
     __local int range[4];
@@ -116,8 +122,14 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
     __global const int *cu_q = CV_CPTR(int, cu_q_base, cu_q_off);
     __global const int *cu_k = CV_CPTR(int, cu_k_base, cu_k_off);
     const int q0 = clamp(cu_q[seq], 0, total_q), q1 = clamp(cu_q[seq + 1], q0, total_q);
+#ifdef CV_PAGED
+    /* cu_k holds cache_seqlens; total_k is the page table's capacity in tokens. */
+    const int lk = clamp(cu_k[seq], 0, total_k), lq = q1 - q0;
+    __global const int *pt_row = CV_CPTR(int, pt_base, pt_off) + (long)seq * pt_stride;
+#else
     const int k0 = clamp(cu_k[seq], 0, total_k), k1 = clamp(cu_k[seq + 1], k0, total_k);
     const int lq = q1 - q0, lk = k1 - k0;
+#endif
     const int rows = min(BLOCK_M, lq - row0);
     if (rows <= 0)
         return;
@@ -205,7 +217,7 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
 
     const int nblocks = kmin <= kmax ? (kmax - kmin) / BLOCK_N + 1 : 0;
     if (nblocks > 0) {
-        STAGE_ROWS(Ks, BLOCK_N, kb_, k0 + kmin, min(BLOCK_N, kmax + 1 - kmin), k_stride,
+        STAGE_KEYS(Ks, BLOCK_N, kb_, kmin, min(BLOCK_N, kmax + 1 - kmin), k_stride,
                    kvh * HEAD_DIM);
         cp_async_commit();
     }
@@ -214,7 +226,7 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
         const int nvalid = min(BLOCK_N, kmax + 1 - kb);
         cp_async_wait_all();
         barrier(CLK_LOCAL_MEM_FENCE); /* K ready; everyone is done with the last V */
-        STAGE_ROWS(Vs, BLOCK_N, vb, k0 + kb, nvalid, v_stride, kvh * HEAD_DIM);
+        STAGE_KEYS(Vs, BLOCK_N, vb, kb, nvalid, v_stride, kvh * HEAD_DIM);
         cp_async_commit();
 
         float4 s[WARP_MT][NT_S];
@@ -323,7 +335,7 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
         cp_async_wait_all();
         barrier(CLK_LOCAL_MEM_FENCE); /* V ready; everyone is done with K */
         if (blk + 1 < nblocks) {
-            STAGE_ROWS(Ks, BLOCK_N, kb_, k0 + kb + BLOCK_N, min(BLOCK_N, kmax + 1 - kb - BLOCK_N),
+            STAGE_KEYS(Ks, BLOCK_N, kb_, kb + BLOCK_N, min(BLOCK_N, kmax + 1 - kb - BLOCK_N),
                        k_stride, kvh * HEAD_DIM);
             cp_async_commit();
         }

@@ -85,11 +85,14 @@ inline float cv_sane_lse(float x)
 
 /* Merge of partial results: CV_ATTN_MERGE_LANES (16) lanes per (token, head)
  * row, 4 rows per CV_ATTN_MERGE_WG-wide (64) work-group. Part p of o is at o_a + p * part_stride (elements)
- * unless o_b is given (two-way: part 1 is o_b, lse_b). Every read of a row's
+ * unless o_b is given (two-way: part 1 is o_b, lse_b). Parts are of dtype
+ * part_dt (f32 partials of the paged kernel), o of dt, its tokens
+ * o_tok_stride elements apart. Every read of a row's
  * lse happens before the barrier and every write after it, so the merge may
  * run in place (o == o_a, lse == lse_a). */
 __kernel __attribute__((reqd_work_group_size(CV_ATTN_MERGE_WG, 1, 1)))
-void attn_merge(long n_parts, long tokens, int heads, int dv, int dt,
+void attn_merge(long n_parts, long tokens, int heads, int dv, int dt, int part_dt,
+                long o_tok_stride,
                 __global const uchar *o_a, ulong o_a_off, __global const uchar *o_b,
                 ulong o_b_off, long part_stride, __global const float *lse_a,
                 ulong lse_a_off, __global const float *lse_b, ulong lse_b_off,
@@ -102,7 +105,7 @@ void attn_merge(long n_parts, long tokens, int heads, int dv, int dt,
     const bool active = row < tokens * heads;
     const long t = active ? row / heads : 0, h = active ? row % heads : 0;
     const long li = h * tokens + t;
-    const size_t es = dt == CV_DT_F32 ? 4 : 2;
+    const size_t es = part_dt == CV_DT_F32 ? 4 : 2;
     __global const uchar *pa = o_a + o_a_off;
     __global const uchar *pb = o_b ? o_b + o_b_off : 0;
     __global const float *la = CV_CPTR(float, lse_a, lse_a_off);
@@ -148,10 +151,10 @@ void attn_merge(long n_parts, long tokens, int heads, int dv, int dt,
             if (wp != 0.0f) {
                 __global const uchar *part =
                     (p == 1 && pb) ? pb : pa + (size_t)p * (size_t)part_stride * es;
-                acc += wp * cv_load_f(part, ebase + c, dt);
+                acc += wp * cv_load_f(part, ebase + c, part_dt);
             }
         }
-        cv_store_f(po, ebase + c, acc, dt);
+        cv_store_f(po, (size_t)t * o_tok_stride + (size_t)h * dv + c, acc, dt);
     }
     if (lane == 0 && lse)
         CV_PTR(float, lse, lse_off)[li] = total;
@@ -238,7 +241,7 @@ void attn_fwd(__global const uchar *q, ulong q_off, long q_stride,
               __global float *lse, ulong lse_off,
               __global const int *wl, int heads_q, int group, int total_q, int total_k,
               float scale_log2, float scale, float softcap, int causal, int window_left,
-              int window_right, __global const int *flag)
+              int window_right, __global const int *flag CV_PAGED_ARGS)
 {
     __local float4 Qc[BLOCK_M * QS4];
     __local float4 Kc[BLOCK_N * QS4];
@@ -259,8 +262,14 @@ void attn_fwd(__global const uchar *q, ulong q_off, long q_stride,
     __global const int *cu_q = CV_CPTR(int, cu_q_base, cu_q_off);
     __global const int *cu_k = CV_CPTR(int, cu_k_base, cu_k_off);
     const int q0 = clamp(cu_q[seq], 0, total_q), q1 = clamp(cu_q[seq + 1], q0, total_q);
+#ifdef CV_PAGED
+    /* cu_k holds cache_seqlens; total_k is the page table's capacity in tokens. */
+    const int lk = clamp(cu_k[seq], 0, total_k), lq = q1 - q0;
+    __global const int *pt_row = CV_CPTR(int, pt_base, pt_off) + (long)seq * pt_stride;
+#else
     const int k0 = clamp(cu_k[seq], 0, total_k), k1 = clamp(cu_k[seq + 1], k0, total_k);
     const int lq = q1 - q0, lk = k1 - k0;
+#endif
     const int rows = min(BLOCK_M, lq - row0);
     if (rows <= 0)
         return;
@@ -345,7 +354,7 @@ void attn_fwd(__global const uchar *q, ulong q_off, long q_stride,
                 int j = e / (DCH / 4), c4 = e % (DCH / 4);
                 float4 x = (float4)(0.0f);
                 if (j < nvalid)
-                    x = LOAD_ACT4(kb_, (size_t)(k0 + kb + j) * k_stride +
+                    x = LOAD_ACT4(kb_, (size_t)KV_ROW(kb + j) * k_stride +
                                            (size_t)kvh * HEAD_DIM + dc + 4 * c4);
                 Kc[j * QS4 + c4] = x;
             }
@@ -418,7 +427,7 @@ void attn_fwd(__global const uchar *q, ulong q_off, long q_stride,
                 int j = e / HEAD_DIM_V, c = e % HEAD_DIM_V;
                 float x = 0.0f;
                 if (kc + j < nvalid)
-                    x = LOAD_ACT(vb, (size_t)(k0 + kb + kc + j) * v_stride +
+                    x = LOAD_ACT(vb, (size_t)KV_ROW(kb + kc + j) * v_stride +
                                          (size_t)kvh * HEAD_DIM_V + c);
                 Vc[j * HEAD_DIM_V + c] = x;
             }

@@ -223,6 +223,38 @@ CLVARLEN_API clvarlen_status clvarlen_cl_attention_merge2(
     cl_mem lse, size_t lse_offset, cl_uint num_events, const cl_event *wait_list,
     cl_event *event);
 
+/* ---------------------------------------------------------------- paged KV cache */
+
+/**
+ * clvarlen_kv_cache_append on device buffers (each a cl_mem and a byte
+ * offset, a multiple of its element size). One launch. With device checks
+ * on, the slots are range-checked first and the call blocks to report
+ * CLVARLEN_ERROR_INDEX_OUT_OF_RANGE (nothing written); two tokens mapped to
+ * one slot are reported only by the host-memory entry point. Without checks,
+ * an out-of-range slot is skipped (never written out of bounds).
+ */
+CLVARLEN_API clvarlen_status clvarlen_cl_kv_cache_append(
+    clvarlen_context *context, const clvarlen_kv_append_params *params, cl_mem k, size_t k_offset,
+    cl_mem v, size_t v_offset, cl_mem slot_mapping, size_t slot_offset, cl_mem k_cache,
+    size_t k_cache_offset, cl_mem v_cache, size_t v_cache_offset, cl_uint num_events,
+    const cl_event *wait_list, cl_event *event);
+
+/**
+ * clvarlen_paged_attention_forward on device buffers. Nothing is read back:
+ * without device checks, invalid cu_seqlens_q, cache_seqlens or page-table
+ * entries give unspecified values but no access outside the buffers (entries
+ * are clamped); with checks on, they are validated first and the call blocks
+ * to report the error (nothing written). params->max_seqlen_q picks the
+ * kernel (see clvarlen_paged_params); a split-KV call uses the context's
+ * temporary buffer for the partial results.
+ */
+CLVARLEN_API clvarlen_status clvarlen_cl_paged_attention_forward(
+    clvarlen_context *context, const clvarlen_paged_params *params, cl_mem q, size_t q_offset,
+    cl_mem k_cache, size_t k_cache_offset, cl_mem v_cache, size_t v_cache_offset,
+    cl_mem cu_seqlens_q, size_t cu_q_offset, cl_mem page_table, size_t page_table_offset,
+    cl_mem cache_seqlens, size_t cache_seqlens_offset, cl_mem o, size_t o_offset, cl_mem lse,
+    size_t lse_offset, cl_uint num_events, const cl_event *wait_list, cl_event *event);
+
 /* ---------------------------------------------------------------- gated delta rule */
 
 /**

@@ -590,6 +590,121 @@ CLVARLEN_API clvarlen_status clvarlen_attention_merge2(clvarlen_context *context
                                                        const void *o_b, const float *lse_b,
                                                        void *o, float *lse);
 
+/* ================================================================ paged KV cache (SPEC 1.1) */
+
+/**
+ * Shapes of a paged KV cache append (vLLM's reshape_and_cache). Initialise
+ * with clvarlen_kv_append_params_init, then set the shapes.
+ *
+ * Tensors: k [n_tokens, heads_kv, head_dim], v [n_tokens, heads_kv,
+ * head_dim_v] (token-major, strided along tokens), slot_mapping int64
+ * [n_tokens], and the caches k_cache [num_pages, page_size, heads_kv,
+ * head_dim], v_cache [num_pages, page_size, heads_kv, head_dim_v]
+ * (contiguous).
+ */
+typedef struct clvarlen_kv_append_params {
+    uint32_t struct_size;       /**< set by init; lets later versions append fields */
+    clvarlen_dtype dtype;       /**< k and v: f32, f16 or bf16 */
+    clvarlen_dtype cache_dtype; /**< the caches: f32, f16 or bf16 (converted, round to nearest even) */
+    int64_t n_tokens;           /**< new tokens, >= 0 */
+    int64_t num_pages;          /**< pages in each cache, > 0 */
+    int32_t page_size;          /**< tokens per page, >= 1 */
+    int32_t heads_kv;           /**< > 0 */
+    int32_t head_dim;           /**< > 0 */
+    int32_t head_dim_v;         /**< > 0 (0: head_dim) */
+    int64_t k_stride, v_stride; /**< token strides of k and v in elements (0 = contiguous) */
+} clvarlen_kv_append_params;
+
+/** Defaults: struct_size set, f32 inputs and cache, everything else 0. */
+CLVARLEN_API void clvarlen_kv_append_params_init(clvarlen_kv_append_params *params);
+
+/**
+ * Cache append (SPEC 1.1): token t's k and v rows go to slot
+ * slot_mapping[t] = page * page_size + offset of k_cache and v_cache; -1
+ * skips the token. Errors: CLVARLEN_ERROR_INDEX_OUT_OF_RANGE (a slot outside
+ * [0, num_pages * page_size) other than -1), CLVARLEN_ERROR_INVALID_ARGUMENT
+ * (NULL, bad shape or stride, two tokens mapped to one slot, caches
+ * overlapping the inputs or each other), CLVARLEN_ERROR_UNSUPPORTED (dtype),
+ * CLVARLEN_ERROR_OVERFLOW, and the common ones. Nothing is written on error.
+ * n_tokens = 0 is a valid no-op.
+ */
+CLVARLEN_API clvarlen_status clvarlen_kv_cache_append(clvarlen_context *context,
+                                                      const clvarlen_kv_append_params *params,
+                                                      const void *k, const void *v,
+                                                      const int64_t *slot_mapping, void *k_cache,
+                                                      void *v_cache);
+
+/**
+ * Shapes and options of a paged attention forward call (decode, speculative
+ * verify, chunked prefill). Initialise with clvarlen_paged_params_init, then
+ * set the shapes.
+ *
+ * Tensors: q [total_q, heads_q, head_dim] (token stride q_stride), the caches
+ * k_cache [num_pages, page_size, heads_kv, head_dim] and v_cache [num_pages,
+ * page_size, heads_kv, head_dim_v] (contiguous, dtype; the [num_pages,
+ * heads_kv, page_size, D] layout is not accepted), page_table int32
+ * [n_rows, page_table_stride] (the first max_pages columns used),
+ * cache_seqlens int32 [n_rows], cu_seqlens_q int32 [n_rows + 1],
+ * o [total_q, heads_q, head_dim_v] (token stride o_stride),
+ * lse [heads_q, total_q] f32.
+ */
+typedef struct clvarlen_paged_params {
+    uint32_t struct_size;      /**< set by init; lets later versions append fields */
+    clvarlen_dtype dtype;      /**< q, o and both caches: f32, f16 or bf16 */
+    int64_t n_rows;            /**< B >= 0: rows of the page table, cu_seqlens_q has B + 1 entries */
+    int64_t total_q;           /**< cu_seqlens_q[B] */
+    int64_t num_pages;         /**< pages in each cache, > 0 */
+    int32_t page_size;         /**< tokens per page, >= 1 (1 is sglang's page_table_1) */
+    int32_t max_pages;         /**< page-table columns, > 0: cache_seqlens[b] <= max_pages * page_size */
+    int64_t page_table_stride; /**< elements between page-table rows (0 = max_pages) */
+    int32_t heads_q;           /**< Hq > 0 */
+    int32_t heads_kv;          /**< Hk > 0 with Hq % Hk == 0 */
+    int32_t head_dim;          /**< D of q and k: a multiple of 16 in [16, 256] */
+    int32_t head_dim_v;        /**< Dv of v and o, same rule (0: head_dim) */
+    int64_t q_stride, o_stride; /**< token strides in elements (0 = contiguous) */
+    /** Host-known upper bound of the per-row query counts (0 = unknown). The
+     * host-memory entry point checks it; on the device it picks the kernel:
+     * rows of at most a few queries (decode, verify) run a kernel that reads
+     * each key once for all query heads of a KV head. */
+    int32_t max_seqlen_q;
+    float scale;               /**< score scale; 0 = 1/sqrt(head_dim); must be finite */
+    int causal;                /**< causal, aligned bottom-right (query i at cache_seqlens - len_q + i) */
+    int32_t window_left, window_right; /**< sliding window as clvarlen_attention_params (-1 = unbounded) */
+    float softcap;             /**< > 0: softcap * tanh(score / softcap); 0 = off */
+    /** Key ranges per row (split-KV, flash-decoding), combined by the LSE
+     * merge: 0 = automatic (split when rows x KV heads cannot fill the
+     * device), n >= 1 forces n (at most 256). */
+    int32_t num_splits;
+} clvarlen_paged_params;
+
+/** Defaults: struct_size set, f32, no rows, scale 0 (1/sqrt(D)), not causal,
+ * window (-1, -1), no softcap, contiguous strides, automatic splits. */
+CLVARLEN_API void clvarlen_paged_params_init(clvarlen_paged_params *params);
+
+/**
+ * Paged attention forward (SPEC 1.1): the queries [cu_seqlens_q[b],
+ * cu_seqlens_q[b+1]) of row b attend to the first cache_seqlens[b] tokens of
+ * the cache through page-table row b (token j at page page_table[b][j /
+ * page_size], offset j % page_size); query i sits at position
+ * cache_seqlens[b] - len_q[b] + i. The result equals clvarlen_attention_forward
+ * on each row's cache gathered into contiguous K/V (up to rounding); lse may
+ * be NULL; a row with no visible key gets o = 0, lse = -inf. Page-table
+ * entries past a row's used pages are never read. n_rows = 0 or total_q = 0
+ * is a valid no-op.
+ *
+ * Errors: CLVARLEN_ERROR_INVALID_ARGUMENT (NULL, bad shape, stride, scale,
+ * window, softcap, num_splits or max_seqlen_q, cache_seqlens[b] < len_q[b] or
+ * > max_pages * page_size, outputs overlapping the inputs),
+ * CLVARLEN_ERROR_INDEX_OUT_OF_RANGE (a used page-table entry outside
+ * [0, num_pages)), CLVARLEN_ERROR_INVALID_CU_SEQLENS,
+ * CLVARLEN_ERROR_UNSUPPORTED (dtype or head dim), CLVARLEN_ERROR_OVERFLOW, and
+ * the common ones. Nothing is written on error.
+ */
+CLVARLEN_API clvarlen_status clvarlen_paged_attention_forward(
+    clvarlen_context *context, const clvarlen_paged_params *params, const void *q,
+    const void *k_cache, const void *v_cache, const int32_t *cu_seqlens_q,
+    const int32_t *page_table, const int32_t *cache_seqlens, void *o, float *lse);
+
 /* ================================================================ gated delta rule (SPEC 3) */
 
 /** Layout of a state (and of an intermediate state) within its slot. */

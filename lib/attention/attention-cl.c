@@ -156,9 +156,14 @@ static clvarlen_status choose_cfg(clvarlen_context *ctx, const char *fn, const c
 {
     memset(cfg, 0, sizeof *cfg);
     int force = kernel_override();
-    if (mma_fits(d, m) && (force == 2 || (force == 0 && is_nvidia_mma(ctx))))
-        return mma_cfg(ctx, fn, d, cfg);
-    return portable_cfg(ctx, fn, d, cfg);
+    clvarlen_status st = mma_fits(d, m) && (force == 2 || (force == 0 && is_nvidia_mma(ctx)))
+                             ? mma_cfg(ctx, fn, d, cfg)
+                             : portable_cfg(ctx, fn, d, cfg);
+    if (st == CLVARLEN_SUCCESS && d->page_size > 0) {
+        size_t len = strlen(cfg->options);
+        snprintf(cfg->options + len, sizeof cfg->options - len, " -DCV_PAGED=1");
+    }
+    return st;
 }
 
 static cl_int worklist_args(cl_kernel kernel, const cv_attn_desc *d, const cv_attn_mem *m,
@@ -225,6 +230,16 @@ static cl_int forward_args(cl_kernel kernel, const cv_attn_desc *d, const cv_att
     CV_ARG(a, wleft);
     CV_ARG(a, wright);
     CV_ARG(a, flag);
+    if (d->page_size > 0) { /* CV_PAGED_ARGS of cl/attention.clh */
+        cl_ulong pt_off = m->pt_off;
+        cl_long pt_stride = d->pt_stride;
+        cl_int page_size = d->page_size, num_pages = (cl_int)d->num_pages;
+        CV_ARG(a, m->pt);
+        CV_ARG(a, pt_off);
+        CV_ARG(a, pt_stride);
+        CV_ARG(a, page_size);
+        CV_ARG(a, num_pages);
+    }
     return a.err;
 }
 
@@ -303,24 +318,31 @@ static void release_all(const attn_upload *up, size_t n)
 clvarlen_status cv_attn_cl_forward_host(clvarlen_context *ctx, const char *fn,
                                         const cv_attn_desc *d, const void *q, const void *k,
                                         const void *v, const int32_t *cu_q, const int32_t *cu_k,
-                                        const int32_t *q_pos, void *o, float *lse)
+                                        const int32_t *q_pos, const int32_t *page_table, void *o,
+                                        float *lse)
 {
     cv_attn_mem m = {0};
+    const bool paged = d->page_size > 0;
     const size_t es = cv_dtype_size(d->dtype);
     const int64_t o_row = (int64_t)d->heads_q * d->head_dim_v;
     const size_t o_stride_b = (size_t)d->o_stride * es;
     const size_t lse_bytes = (size_t)d->heads_q * (size_t)d->total_q * sizeof(float);
     const size_t cu_bytes = (size_t)(d->n_seqs + 1) * sizeof(int32_t);
+    /* Paged: the whole caches, cache_seqlens [n] and the page table's used columns. */
+    const int64_t kv_rows = paged ? d->num_pages * d->page_size : d->total_k;
+    const size_t pt_bytes =
+        paged ? ((size_t)(d->n_seqs - 1) * (size_t)d->pt_stride + (size_t)d->max_pages) * 4 : 0;
     const attn_upload up[] = {
         {&m.q, cv_span_bytes(d->dtype, (int64_t)d->heads_q * d->head_dim, d->total_q,
                              d->q_stride), q, true},
-        {&m.k, cv_span_bytes(d->dtype, (int64_t)d->heads_kv * d->head_dim, d->total_k,
+        {&m.k, cv_span_bytes(d->dtype, (int64_t)d->heads_kv * d->head_dim, kv_rows,
                              d->k_stride), k, true},
-        {&m.v, cv_span_bytes(d->dtype, (int64_t)d->heads_kv * d->head_dim_v, d->total_k,
+        {&m.v, cv_span_bytes(d->dtype, (int64_t)d->heads_kv * d->head_dim_v, kv_rows,
                              d->v_stride), v, true},
         {&m.cu_q, cu_bytes, cu_q, true},
-        {&m.cu_k, cu_bytes, cu_k, true},
+        {&m.cu_k, paged ? cu_bytes - 4 : cu_bytes, cu_k, true},
         {&m.q_pos, (size_t)d->total_q * 4, q_pos, q_pos != NULL},
+        {&m.pt, pt_bytes, page_table, paged},
         {&m.o, cv_span_bytes(d->dtype, o_row, d->total_q, d->o_stride), NULL, true},
         {&m.lse, lse_bytes, NULL, lse != NULL},
     };
@@ -336,7 +358,8 @@ clvarlen_status cv_attn_cl_forward_host(clvarlen_context *ctx, const char *fn,
         st = cv_error(ctx, CLVARLEN_ERROR_OUT_OF_MEMORY, "%s: out of memory", fn);
         goto out;
     }
-    if ((st = cv_attn_cl_forward(&c, fn, d, &m)) != CLVARLEN_SUCCESS)
+    if ((st = paged ? cv_paged_cl_forward(&c, fn, d, &m) : cv_attn_cl_forward(&c, fn, d, &m)) !=
+        CLVARLEN_SUCCESS)
         goto out;
     /* lse goes through a temporary so that a failed read leaves the outputs untouched. */
     if (lse && (st = cv_chain_read(&c, m.lse, 0, lse_bytes, lse_tmp)) != CLVARLEN_SUCCESS)
@@ -354,17 +377,18 @@ out:
     return st;
 }
 
-clvarlen_status cv_attn_cl_merge(cv_chain *c, clvarlen_dtype dtype, int64_t n_parts,
-                                 int64_t tokens, int32_t heads, int32_t dv,
-                                 const cv_attn_merge_mem *m)
+clvarlen_status cv_attn_cl_merge(cv_chain *c, clvarlen_dtype dtype, clvarlen_dtype part_dtype,
+                                 int64_t o_tok_stride, int64_t n_parts, int64_t tokens,
+                                 int32_t heads, int32_t dv, const cv_attn_merge_mem *m)
 {
     clvarlen_context *ctx = c->ctx;
     cl_kernel kernel = NULL;
     clvarlen_status st = cv_get_kernel(ctx, "attention.cl", "-DCV_ATTN_AUX", "attn_merge", &kernel);
     if (st != CLVARLEN_SUCCESS)
         return st;
-    cl_long np = n_parts, tok = tokens;
+    cl_long np = n_parts, tok = tokens, o_tok = o_tok_stride;
     cl_int h = heads, dvi = dv, dt = cv_dtype_kernel_code(dtype);
+    cl_int part_dt = cv_dtype_kernel_code(part_dtype);
     cl_long part_stride = tokens * (int64_t)heads * dv, lse_part_stride = tokens * (int64_t)heads;
     cl_ulong o_a_off = m->o_a_off, o_b_off = m->o_b_off, lse_a_off = m->lse_a_off;
     cl_ulong lse_b_off = m->lse_b_off, o_off = m->o_off, lse_off = m->lse_off;
@@ -374,6 +398,8 @@ clvarlen_status cv_attn_cl_merge(cv_chain *c, clvarlen_dtype dtype, int64_t n_pa
     CV_ARG(a, h);
     CV_ARG(a, dvi);
     CV_ARG(a, dt);
+    CV_ARG(a, part_dt);
+    CV_ARG(a, o_tok);
     CV_ARG(a, m->o_a);
     CV_ARG(a, o_a_off);
     CV_ARG(a, m->o_b);
@@ -426,7 +452,8 @@ clvarlen_status cv_attn_cl_merge_host(clvarlen_context *ctx, const char *fn, clv
         st = cv_error(ctx, CLVARLEN_ERROR_OUT_OF_MEMORY, "%s: out of memory", fn);
         goto out;
     }
-    if ((st = cv_attn_cl_merge(&c, dtype, n_parts, tokens, heads, dv, &m)) != CLVARLEN_SUCCESS)
+    if ((st = cv_attn_cl_merge(&c, dtype, dtype, (int64_t)heads * dv, n_parts, tokens, heads, dv,
+                               &m)) != CLVARLEN_SUCCESS)
         goto out;
     if (lse && (st = cv_chain_read(&c, m.lse, 0, lse_part, lse_tmp)) != CLVARLEN_SUCCESS)
         goto out;

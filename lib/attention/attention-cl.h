@@ -8,12 +8,28 @@
 
 #include "cpu/attention.h"
 
+/* Paged KV cache (paged-cl.c). Rows of at most CV_PAGED_DECODE_ROWS query
+ * rows (queries x query heads per KV head) run the decode kernel; it splits
+ * a row's keys into at most CV_PAGED_MAX_SPLITS ranges. */
+#define CV_PAGED_DECODE_ROWS 64
+#define CV_PAGED_MAX_SPLITS 256
+
+/* Validation shared by the packed (attention.c) and paged (paged.c) entry points. */
+/** Shapes and options of a forward call; fills *d (strides, scale and head_dim_v resolved). */
+clvarlen_status cv_attn_validate(clvarlen_context *ctx, const char *fn,
+                                 const clvarlen_attention_params *p, cv_attn_desc *d);
+/** Every length cu[s + 1] - cu[s] <= bound (bound 0: no check). */
+clvarlen_status cv_attn_check_max_seqlen(clvarlen_context *ctx, const char *fn, const char *what,
+                                         const int32_t *cu, int64_t n, int32_t bound);
+
 #if CLVARLEN_HAVE_OPENCL
 
 /* The forward call's buffers, each with its byte offset; q_pos and lse may be NULL. */
 typedef struct cv_attn_mem {
     cl_mem q, k, v, cu_q, cu_k, q_pos, o, lse;
     size_t q_off, k_off, v_off, cu_q_off, cu_k_off, q_pos_off, o_off, lse_off;
+    cl_mem pt; /* paged (d->page_size > 0): the page table; cu_k holds cache_seqlens */
+    size_t pt_off;
 } cv_attn_mem;
 
 /* The merge's buffers. Part p of the outputs is at o_a + p * part_stride
@@ -29,22 +45,40 @@ typedef struct cv_attn_merge_mem {
 clvarlen_status cv_attn_cl_forward(cv_chain *c, const char *fn, const cv_attn_desc *d,
                                    const cv_attn_mem *m);
 
-/** The host-memory forward on an OpenCL context; outputs are written only on success. */
+/** The host-memory forward on an OpenCL context; outputs are written only on success.
+ * Paged (d->page_size > 0): k, v are the caches, cu_k cache_seqlens, q_pos NULL. */
 clvarlen_status cv_attn_cl_forward_host(clvarlen_context *ctx, const char *fn,
                                         const cv_attn_desc *d, const void *q, const void *k,
                                         const void *v, const int32_t *cu_q, const int32_t *cu_k,
-                                        const int32_t *q_pos, void *o, float *lse);
+                                        const int32_t *q_pos, const int32_t *page_table, void *o,
+                                        float *lse);
 
-/** Runs the merge kernel on the chain (tokens > 0). */
-clvarlen_status cv_attn_cl_merge(cv_chain *c, clvarlen_dtype dtype, int64_t n_parts,
-                                 int64_t tokens, int32_t heads, int32_t dv,
-                                 const cv_attn_merge_mem *m);
+/** Runs the merge kernel on the chain (tokens > 0): parts of part_dtype
+ * (contiguous), o of dtype with its tokens o_tok_stride elements apart. */
+clvarlen_status cv_attn_cl_merge(cv_chain *c, clvarlen_dtype dtype, clvarlen_dtype part_dtype,
+                                 int64_t o_tok_stride, int64_t n_parts, int64_t tokens,
+                                 int32_t heads, int32_t dv, const cv_attn_merge_mem *m);
 
 /** The host-memory merge on an OpenCL context (o_b NULL: N-way from o_a, lse_a). */
 clvarlen_status cv_attn_cl_merge_host(clvarlen_context *ctx, const char *fn, clvarlen_dtype dtype,
                                       int64_t n_parts, int64_t tokens, int32_t heads, int32_t dv,
                                       const void *o_a, const float *lse_a, const void *o_b,
                                       const float *lse_b, void *o, float *lse);
+
+/* The append's buffers. */
+typedef struct cv_append_mem {
+    cl_mem k, v, slot, kc, vc;
+    size_t k_off, v_off, slot_off, kc_off, vc_off;
+} cv_append_mem;
+
+/** The append kernel on the chain (n_tokens > 0). */
+clvarlen_status cv_paged_cl_append(cv_chain *c, const cv_append_desc *a, const cv_append_mem *m);
+/** The device checks of a paged call (c->flag set): cu_seqlens_q, then cache_seqlens against
+ * the query counts and the capacity, and the used page-table entries. */
+clvarlen_status cv_paged_cl_check(cv_chain *c, const cv_attn_desc *d, const cv_attn_mem *m);
+/** The paged forward on the chain (d->page_size > 0, n_seqs and total_q > 0). */
+clvarlen_status cv_paged_cl_forward(cv_chain *c, const char *fn, const cv_attn_desc *d,
+                                    const cv_attn_mem *m);
 
 #endif /* CLVARLEN_HAVE_OPENCL */
 

@@ -47,8 +47,9 @@ static clvarlen_status check_head_dim(clvarlen_context *ctx, const char *fn, con
     return CLVARLEN_SUCCESS;
 }
 
-/* Shapes and options, common to both entry points; fills *d. */
-static clvarlen_status validate_params(clvarlen_context *ctx, const char *fn,
+/* Shapes and options, common to both entry points (and to the paged forward,
+ * lib/attention/paged.c); fills *d. */
+clvarlen_status cv_attn_validate(clvarlen_context *ctx, const char *fn,
                                        const clvarlen_attention_params *p, cv_attn_desc *d)
 {
     clvarlen_status st;
@@ -128,7 +129,7 @@ static clvarlen_status validate_params(clvarlen_context *ctx, const char *fn,
     return CLVARLEN_SUCCESS;
 }
 
-static clvarlen_status check_max_seqlen(clvarlen_context *ctx, const char *fn, const char *what,
+clvarlen_status cv_attn_check_max_seqlen(clvarlen_context *ctx, const char *fn, const char *what,
                                         const int32_t *cu, int64_t n, int32_t bound)
 {
     if (bound <= 0)
@@ -253,7 +254,7 @@ clvarlen_status clvarlen_attention_forward(clvarlen_context *ctx,
     static const char fn[] = "clvarlen_attention_forward";
     CV_ENTER(ctx);
     cv_attn_desc d;
-    clvarlen_status st = validate_params(ctx, fn, params, &d);
+    clvarlen_status st = cv_attn_validate(ctx, fn, params, &d);
     if (st != CLVARLEN_SUCCESS)
         return st;
     if (d.total_q > 0 && (!q || !o))
@@ -264,9 +265,9 @@ clvarlen_status clvarlen_attention_forward(clvarlen_context *ctx,
             CLVARLEN_SUCCESS ||
         (st = cv_check_cu_seqlens(ctx, fn, "cu_seqlens_k", cu_seqlens_k, d.n_seqs, d.total_k)) !=
             CLVARLEN_SUCCESS ||
-        (st = check_max_seqlen(ctx, fn, "max_seqlen_q", cu_seqlens_q, d.n_seqs,
+        (st = cv_attn_check_max_seqlen(ctx, fn, "max_seqlen_q", cu_seqlens_q, d.n_seqs,
                                d.max_seqlen_q)) != CLVARLEN_SUCCESS ||
-        (st = check_max_seqlen(ctx, fn, "max_seqlen_k", cu_seqlens_k, d.n_seqs,
+        (st = cv_attn_check_max_seqlen(ctx, fn, "max_seqlen_k", cu_seqlens_k, d.n_seqs,
                                d.max_seqlen_k)) != CLVARLEN_SUCCESS)
         return st;
     if (d.total_q == 0 || d.n_seqs == 0)
@@ -277,7 +278,7 @@ clvarlen_status clvarlen_attention_forward(clvarlen_context *ctx,
 #if CLVARLEN_HAVE_OPENCL
     if (cv_use_cl(ctx))
         return cv_attn_cl_forward_host(ctx, fn, &d, q, k, v, cu_seqlens_q, cu_seqlens_k, q_pos,
-                                       o, lse);
+                                       NULL, o, lse);
 #endif
     return cv_cpu_attention_forward(ctx, &d, q, k, v, cu_seqlens_q, cu_seqlens_k, q_pos, o, lse);
 }
@@ -403,7 +404,7 @@ clvarlen_status clvarlen_cl_attention_forward(
     if (st != CLVARLEN_SUCCESS)
         return st;
     cv_attn_desc d;
-    if ((st = validate_params(ctx, fn, params, &d)) != CLVARLEN_SUCCESS)
+    if ((st = cv_attn_validate(ctx, fn, params, &d)) != CLVARLEN_SUCCESS)
         return st;
     size_t es = cv_dtype_size(d.dtype);
     if (!cu_seqlens_q || !cu_seqlens_k)
@@ -470,7 +471,8 @@ static clvarlen_status cl_merge_common(clvarlen_context *ctx, const char *fn, cl
     cv_chain c;
     st = cv_chain_begin(&c, ctx, num_events, wait_list, false);
     if (st == CLVARLEN_SUCCESS && tokens > 0)
-        st = cv_attn_cl_merge(&c, dtype, n_parts, tokens, heads, dv, m);
+        st = cv_attn_cl_merge(&c, dtype, dtype, (int64_t)heads * dv, n_parts, tokens, heads, dv,
+                              m);
     return cv_chain_end(&c, fn, st, event);
 }
 

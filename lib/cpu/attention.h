@@ -17,6 +17,14 @@ typedef struct cv_attn_desc {
     int causal;
     int32_t window_left, window_right;
     float softcap;
+    /* Paged K/V (SPEC 1.1; page_size 0: packed K/V). Paged: k and v are the
+     * caches [num_pages, page_size, heads_kv, dim] (k_stride = heads_kv *
+     * head_dim, v_stride likewise), the cu_seqlens_k argument holds
+     * cache_seqlens [n_seqs], total_k is the capacity max_pages * page_size,
+     * and row s of the page table starts at element s * pt_stride. */
+    int32_t page_size, max_pages;
+    int64_t num_pages, pt_stride;
+    int32_t num_splits; /* 0 = automatic (the paged decode kernel) */
 } cv_attn_desc;
 
 /* The keys query position `pos` sees in a sequence of lk keys: [*lo, *hi]
@@ -35,6 +43,14 @@ static inline void cv_attn_visible(const cv_attn_desc *desc, int64_t pos, int64_
     *hi = b;
 }
 
+/* A validated cache append (SPEC 1.1): strides resolved (never 0). */
+typedef struct cv_append_desc {
+    clvarlen_dtype dtype, cache_dtype;
+    int64_t n_tokens, num_pages;
+    int32_t page_size, heads_kv, head_dim, head_dim_v;
+    int64_t k_stride, v_stride;
+} cv_append_desc;
+
 /** Forward on host memory; inputs already validated (cu_seqlens included). */
 clvarlen_status cv_cpu_attention_forward(clvarlen_context *ctx, const cv_attn_desc *desc,
                                          const void *q, const void *k, const void *v,
@@ -51,5 +67,20 @@ clvarlen_status cv_cpu_attention_merge(clvarlen_context *ctx, clvarlen_dtype dty
                                        int64_t n_parts, int64_t tokens, int32_t heads,
                                        int32_t head_dim_v, const void *const *o_parts,
                                        const float *const *lse_parts, void *o, float *lse);
+
+/** Cache append on host memory; slots already validated (in range or -1, no duplicates). */
+void cv_cpu_kv_append(const cv_append_desc *a, const void *k, const void *v,
+                      const int64_t *slots, void *k_cache, void *v_cache);
+
+/**
+ * Paged forward on host memory (d->page_size > 0; inputs validated): each
+ * batch of rows is gathered into contiguous K/V (bounded scratch) and run
+ * through cv_cpu_attention_forward, so both paths share one attention
+ * kernel. cache_seqlens and page_table as SPEC 1.1.
+ */
+clvarlen_status cv_cpu_paged_forward(clvarlen_context *ctx, const cv_attn_desc *d, const void *q,
+                                     const void *k_cache, const void *v_cache,
+                                     const int32_t *cu_seqlens_q, const int32_t *page_table,
+                                     const int32_t *cache_seqlens, void *o, float *lse);
 
 #endif

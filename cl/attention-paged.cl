@@ -1,0 +1,307 @@
+/* Paged KV cache (SPEC 1.1), portable OpenCL C 1.2. Built two ways by
+ * lib/attention/paged-cl.c:
+ * -DCV_PAGED_AUX: the cache append and the device check of a paged call
+ *   (dtype-free, compiled once per context);
+ * otherwise: attn_paged, the kernel of rows with few queries (decode,
+ *   speculative verify), specialised by -D CV_DTYPE, HEAD_DIM, HEAD_DIM_V,
+ *   PR, RG, BN.
+ * Longer rows (chunked prefill) run the tiled kernels of attention.cl and
+ * attention-nv.cl built with -DCV_PAGED (the family prelude attention.clh).
+ */
+
+#ifdef CV_PAGED_AUX
+
+/* Cache append: work-item (e, t) copies element e of token t's k row
+ * (e < heads * dk) or v row (the rest) to the token's slot, converting the
+ * dtype. A slot of -1 is skipped; so is one outside [0, slots), which the
+ * host path refuses and the device check reports before this runs. */
+__kernel void kv_append(long n_tokens, int heads, int dk, int dv, int in_dt, int cache_dt,
+                        __global const uchar *k, ulong k_off, long k_stride,
+                        __global const uchar *v, ulong v_off, long v_stride,
+                        __global const long *slot_base, ulong slot_off, long slots,
+                        __global uchar *kc, ulong kc_off, __global uchar *vc, ulong vc_off,
+                        __global const int *flag)
+{
+    if (flag && *flag)
+        return;
+    const long t = get_global_id(1);
+    const int e = (int)get_global_id(0);
+    const int kw = heads * dk, vw = heads * dv;
+    if (t >= n_tokens || e >= kw + vw)
+        return;
+    const long slot = CV_CPTR(long, slot_base, slot_off)[t];
+    if (slot < 0 || slot >= slots)
+        return;
+    if (e < kw)
+        cv_store_f(kc + kc_off, (size_t)slot * kw + e,
+                   cv_load_f(k + k_off, (size_t)t * k_stride + e, in_dt), cache_dt);
+    else
+        cv_store_f(vc + vc_off, (size_t)slot * vw + (e - kw),
+                   cv_load_f(v + v_off, (size_t)t * v_stride + (e - kw), in_dt), cache_dt);
+}
+
+/* The device check of a paged call: for each row b, len_q <= cache_seqlens[b]
+ * <= capacity (else CV_CHECK_VALUE) and every used page-table entry in
+ * [0, num_pages) (else CV_CHECK_INDEX). One work-group per row. Run after
+ * the cu_seqlens_q check; a bad cu_seqlens_q is clamped here. */
+__kernel void check_paged(__global const int *cu_base, ulong cu_off, long total_q,
+                          __global const int *cs_base, ulong cs_off,
+                          __global const int *pt_base, ulong pt_off, long pt_stride,
+                          int page_size, int num_pages, int capacity, __global int *flag)
+{
+    const long b = get_group_id(0);
+    __global const int *cu = CV_CPTR(int, cu_base, cu_off);
+    const long lq = clamp((long)cu[b + 1], 0L, total_q) - clamp((long)cu[b], 0L, total_q);
+    const int cs = CV_CPTR(int, cs_base, cs_off)[b];
+    if (cs < lq || cs > capacity) {
+        if (get_local_id(0) == 0)
+            cv_flag(flag, CV_CHECK_VALUE);
+        return;
+    }
+    __global const int *row = CV_CPTR(int, pt_base, pt_off) + b * pt_stride;
+    const int used = (cs + page_size - 1) / page_size;
+    for (int i = get_local_id(0); i < used; i += get_local_size(0)) {
+        const int p = row[i];
+        if (p < 0 || p >= num_pages)
+            cv_flag(flag, CV_CHECK_INDEX);
+    }
+}
+
+#else /* attn_paged */
+
+#ifndef CV_DTYPE
+#define CV_DTYPE CV_DT_F32
+#endif
+#ifndef HEAD_DIM
+#define HEAD_DIM 128
+#endif
+#ifndef HEAD_DIM_V
+#define HEAD_DIM_V HEAD_DIM
+#endif
+#ifndef RG
+#define RG 1 /* row groups: WG_SIZE = HEAD_DIM_V * RG work-items */
+#endif
+#ifndef PR
+#define PR 8 /* query rows (query token x query head of the group) per pass, a multiple of RG */
+#endif
+#ifndef BN
+#define BN 32 /* keys per tile */
+#endif
+#define WG_SIZE (HEAD_DIM_V * RG)
+#define RPT (PR / RG)          /* rows per work-item in O += P V */
+#define KS (HEAD_DIM + 1)      /* local K row, padded against bank conflicts */
+
+/* 8 consecutive elements of a row, as floats. */
+#if CV_DTYPE == CV_DT_F16
+#define LOAD8(p, i) vload_half8(0, (__global const half *)(p) + (i))
+#elif CV_DTYPE == CV_DT_BF16
+inline float8 cv_load_bf16x8(__global const uchar *p, size_t i)
+{
+    const ushort8 u = vload8(0, (__global const ushort *)p + i);
+    return as_float8(convert_uint8(u) << 16);
+}
+#define LOAD8(p, i) cv_load_bf16x8((p), (i))
+#else
+#define LOAD8(p, i) vload8(0, (__global const float *)(p) + (i))
+#endif
+#if CV_DTYPE == CV_DT_F16
+#define STORE_ACT(p, i, x) vstore_half_rte((x), (i), (__global half *)(p))
+#elif CV_DTYPE == CV_DT_BF16
+#define STORE_ACT(p, i, x) (((__global ushort *)(p))[i] = cv_float_to_bf16(x))
+#else
+#define STORE_ACT(p, i, x) (((__global float *)(p))[i] = (x))
+#endif
+
+inline void cv_store8(__local float *d, float8 x)
+{
+    d[0] = x.s0; d[1] = x.s1; d[2] = x.s2; d[3] = x.s3;
+    d[4] = x.s4; d[5] = x.s5; d[6] = x.s6; d[7] = x.s7;
+}
+
+/* The keys [x, y] (empty when x > y) that query i of a row with lq queries
+ * and lk keys sees within the split [s0, s1) (SPEC 1.1: position lk - lq + i). */
+inline int2 row_range(int i, int lq, int lk, int s0, int s1, int causal, int window_left,
+                      int window_right)
+{
+    const long pos = (long)i + lk - lq;
+    long a = s0, c = (long)s1 - 1;
+    if (window_left >= 0)
+        a = max(a, pos - window_left);
+    if (causal)
+        c = min(c, pos);
+    if (window_right >= 0)
+        c = min(c, pos + window_right);
+    return (int2)((int)min(a, (long)lk), (int)max(c, -1L));
+}
+
+/* One work-group per (row b, KV head, split): the row's queries times the
+ * group's query heads are packed into passes of PR rows that share each K/V
+ * tile read (GQA: a key is loaded once for all query heads of its KV head).
+ * Split sp covers keys [sp * chunk, (sp + 1) * chunk) of the row's cache;
+ * with n_splits > 1 the results are f32 partials in `part` (o [n_splits,
+ * total_q, heads_q, HEAD_DIM_V], then lse [n_splits, heads_q, total_q]) that
+ * attn_merge combines, else o and lse directly. Online softmax in base 2. */
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1)))
+void attn_paged(__global const uchar *q, ulong q_off, long q_stride,
+                __global const uchar *kc, ulong kc_off, __global const uchar *vc, ulong vc_off,
+                __global const int *cu_q_base, ulong cu_q_off,
+                __global const int *cs_base, ulong cs_off,
+                __global const int *pt_base, ulong pt_off, long pt_stride, int page_size,
+                int num_pages, int capacity,
+                __global uchar *o, ulong o_off, long o_stride, __global float *lse, ulong lse_off,
+                __global float *part, int n_splits,
+                int heads_q, int heads_kv, int total_q, float scale_log2, float scale,
+                float softcap, int causal, int window_left, int window_right,
+                __global const int *flag)
+{
+    __local float Qs[PR * HEAD_DIM];
+    __local float Ks[BN * KS];
+    __local float Vs[BN * HEAD_DIM_V];
+    __local float Ss[PR * BN];
+    __local float Alpha[PR], Lsum[PR], Mrow[PR];
+    __local int Lo[PR], Hi[PR];
+
+    if (flag && *flag)
+        return;
+    const int lid = get_local_id(0);
+    const int col = lid % HEAD_DIM_V, rg = lid / HEAD_DIM_V;
+    const long grp = get_group_id(0);
+    const int sp = (int)(grp % n_splits);
+    const int kvh = (int)((grp / n_splits) % heads_kv);
+    const int b = (int)(grp / n_splits / heads_kv);
+    const int group = heads_q / heads_kv;
+    __global const int *cu_q = CV_CPTR(int, cu_q_base, cu_q_off);
+    const int q0 = clamp(cu_q[b], 0, total_q), q1 = clamp(cu_q[b + 1], q0, total_q);
+    const int lq = q1 - q0;
+    const int lk = clamp(CV_CPTR(int, cs_base, cs_off)[b], 0, capacity);
+    __global const int *pt_row = CV_CPTR(int, pt_base, pt_off) + (long)b * pt_stride;
+    const int chunk = (lk + n_splits - 1) / n_splits;
+    const int s0 = sp * chunk, s1 = min(lk, s0 + chunk);
+    const float qscale = softcap > 0.0f ? scale : scale_log2;
+    const int nrows_all = lq * group;
+
+    for (int rb = 0; rb < nrows_all; rb += PR) {
+        const int nrows = min(PR, nrows_all - rb);
+        barrier(CLK_LOCAL_MEM_FENCE); /* the previous pass no longer reads local memory */
+        /* Q rows (pre-scaled) and each row's visible keys within the split. */
+        for (int e = lid; e < PR * (HEAD_DIM / 8); e += WG_SIZE) {
+            const int r = e / (HEAD_DIM / 8), c8 = e % (HEAD_DIM / 8);
+            float8 x = (float8)(0.0f);
+            if (r < nrows) {
+                const int i = (rb + r) / group, h = kvh * group + (rb + r) % group;
+                x = LOAD8(q + q_off, (size_t)(q0 + i) * q_stride + (size_t)h * HEAD_DIM + 8 * c8) *
+                    qscale;
+            }
+            cv_store8(Qs + r * HEAD_DIM + 8 * c8, x);
+        }
+        /* Each row's visible keys within the split, and their union: worked
+         * out by every work-item (PR rows of arithmetic), no local atomics. */
+        int kmin = INT_MAX, kmax = -1;
+        for (int r = 0; r < nrows; r++) {
+            const int2 v = row_range((rb + r) / group, lq, lk, s0, s1, causal, window_left,
+                                     window_right);
+            if (v.x <= v.y) {
+                kmin = min(kmin, v.x);
+                kmax = max(kmax, v.y);
+            }
+        }
+        if (lid < PR) {
+            const int2 v = lid < nrows ? row_range((rb + lid) / group, lq, lk, s0, s1, causal,
+                                                   window_left, window_right)
+                                       : (int2)(1, 0);
+            Lo[lid] = v.x;
+            Hi[lid] = v.y;
+            Mrow[lid] = -INFINITY;
+            Lsum[lid] = 0.0f;
+        }
+        float acc[RPT];
+        for (int i = 0; i < RPT; i++)
+            acc[i] = 0.0f;
+
+        for (int kb = kmin; kb <= kmax; kb += BN) {
+            const int nvalid = min(BN, kmax + 1 - kb);
+            barrier(CLK_LOCAL_MEM_FENCE); /* the previous tile is no longer read */
+            for (int e = lid; e < BN * (HEAD_DIM / 8); e += WG_SIZE) {
+                const int j = e / (HEAD_DIM / 8), c8 = e % (HEAD_DIM / 8);
+                float8 x = (float8)(0.0f);
+                if (j < nvalid)
+                    x = LOAD8(kc + kc_off,
+                              (size_t)(cv_paged_row(pt_row, page_size, num_pages, kb + j) *
+                                           heads_kv + kvh) * HEAD_DIM + 8 * c8);
+                cv_store8(Ks + j * KS + 8 * c8, x);
+            }
+            for (int e = lid; e < BN * (HEAD_DIM_V / 8); e += WG_SIZE) {
+                const int j = e / (HEAD_DIM_V / 8), c8 = e % (HEAD_DIM_V / 8);
+                float8 x = (float8)(0.0f);
+                if (j < nvalid)
+                    x = LOAD8(vc + vc_off,
+                              (size_t)(cv_paged_row(pt_row, page_size, num_pages, kb + j) *
+                                           heads_kv + kvh) * HEAD_DIM_V + 8 * c8);
+                cv_store8(Vs + j * HEAD_DIM_V + 8 * c8, x);
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            /* S = Q K^T with the masks (and softcap), in base 2. */
+            for (int e = lid; e < PR * BN; e += WG_SIZE) {
+                const int r = e / BN, j = e % BN, key = kb + j;
+                float s = -INFINITY;
+                if (j < nvalid && key >= Lo[r] && key <= Hi[r]) {
+                    float t = 0.0f;
+                    for (int d = 0; d < HEAD_DIM; d++)
+                        t = mad(Qs[r * HEAD_DIM + d], Ks[j * KS + d], t);
+                    s = softcap > 0.0f ? softcap * tanh(t / softcap) * M_LOG2E_F : t;
+                }
+                Ss[e] = s;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            /* Online softmax, one work-item per row: P in place of S. */
+            if (lid < PR) {
+                float mx = Mrow[lid];
+                for (int j = 0; j < BN; j++)
+                    mx = fmax(mx, Ss[lid * BN + j]);
+                const float alpha = mx == -INFINITY ? 1.0f : exp2(Mrow[lid] - mx);
+                float ps = 0.0f;
+                for (int j = 0; j < BN; j++) {
+                    const float s = Ss[lid * BN + j];
+                    const float p = s == -INFINITY ? 0.0f : exp2(s - mx);
+                    Ss[lid * BN + j] = p;
+                    ps += p;
+                }
+                Lsum[lid] = Lsum[lid] * alpha + ps;
+                Mrow[lid] = mx;
+                Alpha[lid] = alpha;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            /* O += P V: this work-item's column for rows rg + RG * i. */
+            for (int i = 0; i < RPT; i++) {
+                const int r = rg + RG * i;
+                float t = acc[i] * Alpha[r];
+                for (int j = 0; j < BN; j++)
+                    t = mad(Ss[r * BN + j], Vs[j * HEAD_DIM_V + col], t);
+                acc[i] = t;
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* Lsum and Mrow of the last tile */
+        for (int i = 0; i < RPT; i++) {
+            const int r = rg + RG * i;
+            if (r >= nrows)
+                continue;
+            const int qi = (rb + r) / group, h = kvh * group + (rb + r) % group;
+            const size_t tok = (size_t)(q0 + qi);
+            const float lt = Lsum[r];
+            const float res = lt > 0.0f ? acc[i] / lt : 0.0f;
+            const float l = lt > 0.0f ? (Mrow[r] + log2(lt)) * M_LN2_F : -INFINITY;
+            if (n_splits == 1) {
+                STORE_ACT(o + o_off, tok * o_stride + (size_t)h * HEAD_DIM_V + col, res);
+                if (col == 0 && lse)
+                    CV_PTR(float, lse, lse_off)[(size_t)h * total_q + tok] = l;
+            } else {
+                const size_t rows_all = (size_t)n_splits * total_q * heads_q;
+                part[(((size_t)sp * total_q + tok) * heads_q + h) * HEAD_DIM_V + col] = res;
+                if (col == 0)
+                    part[rows_all * HEAD_DIM_V + ((size_t)sp * heads_q + h) * total_q + tok] = l;
+            }
+        }
+    }
+}
+
+#endif

@@ -1,0 +1,249 @@
+/* Paged KV cache on OpenCL (SPEC 1.1): the cache append, the device check of
+ * a paged call, and the paged forward's kernel choice. Rows of few queries
+ * (decode, speculative verify) run attn_paged of cl/attention-paged.cl, which
+ * reads each key once for all query heads of its KV head and splits a row's
+ * keys over work-groups when rows x KV heads cannot fill the device (the f32
+ * partials then go through attn_merge); longer rows (chunked prefill) run the
+ * tiled kernels of attention-cl.c built with -DCV_PAGED.
+ */
+#include "attention/attention-cl.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#if CLVARLEN_HAVE_OPENCL
+
+/* The AUX program of cl/attention-paged.cl (append and check). */
+static clvarlen_status aux_kernel(clvarlen_context *ctx, const char *name, cl_kernel *k)
+{
+    return cv_get_kernel(ctx, "attention-paged.cl", "-DCV_PAGED_AUX", name, k);
+}
+
+clvarlen_status cv_paged_cl_append(cv_chain *c, const cv_append_desc *a, const cv_append_mem *m)
+{
+    clvarlen_context *ctx = c->ctx;
+    cl_kernel kernel = NULL;
+    clvarlen_status st = aux_kernel(ctx, "kv_append", &kernel);
+    if (st != CLVARLEN_SUCCESS)
+        return st;
+    cl_long n = a->n_tokens, ks = a->k_stride, vs = a->v_stride;
+    cl_long slots = a->num_pages * (int64_t)a->page_size;
+    cl_int heads = a->heads_kv, dk = a->head_dim, dv = a->head_dim_v;
+    cl_int in_dt = cv_dtype_kernel_code(a->dtype), cache_dt = cv_dtype_kernel_code(a->cache_dtype);
+    cl_ulong k_off = m->k_off, v_off = m->v_off, s_off = m->slot_off;
+    cl_ulong kc_off = m->kc_off, vc_off = m->vc_off;
+    cv_args g = cv_args_begin(kernel);
+    CV_ARG(g, n);
+    CV_ARG(g, heads);
+    CV_ARG(g, dk);
+    CV_ARG(g, dv);
+    CV_ARG(g, in_dt);
+    CV_ARG(g, cache_dt);
+    CV_ARG(g, m->k);
+    CV_ARG(g, k_off);
+    CV_ARG(g, ks);
+    CV_ARG(g, m->v);
+    CV_ARG(g, v_off);
+    CV_ARG(g, vs);
+    CV_ARG(g, m->slot);
+    CV_ARG(g, s_off);
+    CV_ARG(g, slots);
+    CV_ARG(g, m->kc);
+    CV_ARG(g, kc_off);
+    CV_ARG(g, m->vc);
+    CV_ARG(g, vc_off);
+    CV_ARG(g, c->flag);
+    if (g.err != CL_SUCCESS)
+        return cv_cl_check(ctx, g.err, "clSetKernelArg(kv_append)");
+    size_t local[2] = {64, 1};
+    size_t global[2] = {(size_t)heads * (size_t)(dk + dv), (size_t)n};
+    return cv_chain_run(c, kernel, "kv_append", 2, global, local);
+}
+
+clvarlen_status cv_paged_cl_check(cv_chain *c, const cv_attn_desc *d, const cv_attn_mem *m)
+{
+    clvarlen_context *ctx = c->ctx;
+    clvarlen_status st = cv_chain_check_cu_seqlens(c, m->cu_q, m->cu_q_off, d->n_seqs, d->total_q);
+    if (st != CLVARLEN_SUCCESS)
+        return st;
+    cl_kernel kernel = NULL;
+    if ((st = aux_kernel(ctx, "check_paged", &kernel)) != CLVARLEN_SUCCESS)
+        return st;
+    cl_long total_q = d->total_q, pt_stride = d->pt_stride;
+    cl_ulong cu_off = m->cu_q_off, cs_off = m->cu_k_off, pt_off = m->pt_off;
+    cl_int page_size = d->page_size, num_pages = (cl_int)d->num_pages;
+    cl_int capacity = (cl_int)d->total_k;
+    cv_args g = cv_args_begin(kernel);
+    CV_ARG(g, m->cu_q);
+    CV_ARG(g, cu_off);
+    CV_ARG(g, total_q);
+    CV_ARG(g, m->cu_k);
+    CV_ARG(g, cs_off);
+    CV_ARG(g, m->pt);
+    CV_ARG(g, pt_off);
+    CV_ARG(g, pt_stride);
+    CV_ARG(g, page_size);
+    CV_ARG(g, num_pages);
+    CV_ARG(g, capacity);
+    CV_ARG(g, c->flag);
+    if (g.err != CL_SUCCESS)
+        return cv_cl_check(ctx, g.err, "clSetKernelArg(check_paged)");
+    size_t local = 64, global = (size_t)d->n_seqs * local;
+    return cv_chain_run(c, kernel, "check_paged", 1, &global, &local);
+}
+
+/* Whether the rows are short enough for attn_paged: max_seqlen_q when the
+ * caller gave it, else the average query count. */
+static bool use_decode_kernel(const cv_attn_desc *d)
+{
+    const int64_t group = d->heads_q / d->heads_kv;
+    if (d->max_seqlen_q > 0)
+        return (int64_t)d->max_seqlen_q * group <= CV_PAGED_DECODE_ROWS;
+    return d->total_q <= 4 * d->n_seqs;
+}
+
+typedef struct paged_cfg {
+    int pr, rg, bn, splits;
+    char options[192];
+} paged_cfg;
+
+static clvarlen_status decode_cfg(clvarlen_context *ctx, const char *fn, const cv_attn_desc *d,
+                                  paged_cfg *cfg)
+{
+    const int dv = d->head_dim_v, dk = d->head_dim;
+    const int64_t group = d->heads_q / d->heads_kv;
+    int rg = dv >= 64 ? 1 : (64 + dv - 1) / dv;
+    if (rg == 3)
+        rg = 4; /* PR stays a multiple of RG */
+    int64_t rows = d->max_seqlen_q > 0 ? (int64_t)d->max_seqlen_q * group : 16;
+    int pr = (int)cv_pow2_ceil(rows < 4 ? 4 : rows > 16 ? 16 : rows);
+    int bn = 32;
+    uint64_t limit = ctx->device.local_mem_bytes ? ctx->device.local_mem_bytes : 32768;
+    for (;;) {
+        uint64_t floats = (uint64_t)pr * dk + (uint64_t)bn * (dk + 1) + (uint64_t)bn * dv +
+                          (uint64_t)pr * bn + 3 * (uint64_t)pr;
+        if (floats * 4 + 8 * (uint64_t)pr + 64 <= limit)
+            break;
+        if (bn > 8)
+            bn /= 2;
+        else if (pr > 4)
+            pr /= 2;
+        else
+            return cv_error(ctx, CLVARLEN_ERROR_UNSUPPORTED,
+                            "%s: head dims %d/%d need more local memory than the device has "
+                            "(%llu bytes)",
+                            fn, dk, dv, (unsigned long long)limit);
+    }
+    /* Splits: forced, or enough work-groups for about four per compute unit
+     * when rows x KV heads are fewer than two per unit, each split at least
+     * 256 keys of the capacity. */
+    int64_t units = d->n_seqs * d->heads_kv, cus = ctx->device.compute_units;
+    int64_t splits = d->num_splits;
+    if (splits <= 0) {
+        splits = 1;
+        if (cus > 0 && units < 2 * cus) {
+            int64_t by_keys = d->total_k / 256 > 1 ? d->total_k / 256 : 1;
+            splits = (4 * cus + units - 1) / units;
+            splits = splits < by_keys ? splits : by_keys;
+            splits = splits < CV_PAGED_MAX_SPLITS ? splits : CV_PAGED_MAX_SPLITS;
+        }
+    }
+    cfg->pr = pr;
+    cfg->rg = rg;
+    cfg->bn = bn;
+    cfg->splits = (int)splits;
+    snprintf(cfg->options, sizeof cfg->options,
+             "-DCV_PAGED=1 -DCV_DTYPE=%d -DHEAD_DIM=%d -DHEAD_DIM_V=%d -DPR=%d -DRG=%d -DBN=%d",
+             cv_dtype_kernel_code(d->dtype), dk, dv, pr, rg, bn);
+    return CLVARLEN_SUCCESS;
+}
+
+static cl_int decode_args(cl_kernel kernel, const cv_attn_desc *d, const cv_attn_mem *m,
+                          cl_mem part, int splits, cl_mem flag)
+{
+    cl_ulong q_off = m->q_off, k_off = m->k_off, v_off = m->v_off, cu_off = m->cu_q_off;
+    cl_ulong cs_off = m->cu_k_off, pt_off = m->pt_off, o_off = m->o_off, lse_off = m->lse_off;
+    cl_long q_stride = d->q_stride, pt_stride = d->pt_stride, o_stride = d->o_stride;
+    cl_int page_size = d->page_size, num_pages = (cl_int)d->num_pages;
+    cl_int capacity = (cl_int)d->total_k, n_splits = splits;
+    cl_int heads_q = d->heads_q, heads_kv = d->heads_kv, total_q = (cl_int)d->total_q;
+    cl_int causal = d->causal, wl = d->window_left, wr = d->window_right;
+    cl_float scale = d->scale, softcap = d->softcap;
+    cl_float scale_log2 = (cl_float)((double)d->scale * 1.4426950408889634);
+    cv_args a = cv_args_begin(kernel);
+    CV_ARG(a, m->q);
+    CV_ARG(a, q_off);
+    CV_ARG(a, q_stride);
+    CV_ARG(a, m->k);
+    CV_ARG(a, k_off);
+    CV_ARG(a, m->v);
+    CV_ARG(a, v_off);
+    CV_ARG(a, m->cu_q);
+    CV_ARG(a, cu_off);
+    CV_ARG(a, m->cu_k);
+    CV_ARG(a, cs_off);
+    CV_ARG(a, m->pt);
+    CV_ARG(a, pt_off);
+    CV_ARG(a, pt_stride);
+    CV_ARG(a, page_size);
+    CV_ARG(a, num_pages);
+    CV_ARG(a, capacity);
+    CV_ARG(a, m->o);
+    CV_ARG(a, o_off);
+    CV_ARG(a, o_stride);
+    CV_ARG(a, m->lse);
+    CV_ARG(a, lse_off);
+    CV_ARG(a, part);
+    CV_ARG(a, n_splits);
+    CV_ARG(a, heads_q);
+    CV_ARG(a, heads_kv);
+    CV_ARG(a, total_q);
+    CV_ARG(a, scale_log2);
+    CV_ARG(a, scale);
+    CV_ARG(a, softcap);
+    CV_ARG(a, causal);
+    CV_ARG(a, wl);
+    CV_ARG(a, wr);
+    CV_ARG(a, flag);
+    return a.err;
+}
+
+clvarlen_status cv_paged_cl_forward(cv_chain *c, const char *fn, const cv_attn_desc *d,
+                                    const cv_attn_mem *m)
+{
+    clvarlen_context *ctx = c->ctx;
+    if (!use_decode_kernel(d))
+        return cv_attn_cl_forward(c, fn, d, m);
+    paged_cfg cfg;
+    clvarlen_status st = decode_cfg(ctx, fn, d, &cfg);
+    if (st != CLVARLEN_SUCCESS)
+        return st;
+    cl_kernel kernel = NULL;
+    if ((st = cv_get_kernel(ctx, "attention-paged.cl", cfg.options, "attn_paged", &kernel)) !=
+        CLVARLEN_SUCCESS)
+        return st;
+    /* Partials of a split call: o [splits, Tq, Hq, Dv] and lse [splits, Hq, Tq], f32. */
+    cl_mem part = NULL;
+    const uint64_t rows = (uint64_t)d->total_q * (uint64_t)d->heads_q * (uint64_t)cfg.splits;
+    const uint64_t part_bytes = rows * ((uint64_t)d->head_dim_v + 1) * 4;
+    if (cfg.splits > 1 && (st = cv_temp(ctx, (size_t)part_bytes, &part)) != CLVARLEN_SUCCESS)
+        return st;
+    cl_int err = decode_args(kernel, d, m, part, cfg.splits, c->flag);
+    if (err != CL_SUCCESS)
+        return cv_cl_check(ctx, err, "clSetKernelArg(attn_paged)");
+    size_t local = (size_t)d->head_dim_v * (size_t)cfg.rg;
+    size_t global = (size_t)d->n_seqs * (size_t)d->heads_kv * (size_t)cfg.splits * local;
+    if ((st = cv_chain_run(c, kernel, "attn_paged", 1, &global, &local)) != CLVARLEN_SUCCESS ||
+        cfg.splits == 1)
+        return st;
+    const cv_attn_merge_mem mm = {
+        .o_a = part, .o_a_off = 0,
+        .lse_a = part, .lse_a_off = (size_t)(rows * (uint64_t)d->head_dim_v * 4),
+        .o = m->o, .o_off = m->o_off,
+        .lse = m->lse, .lse_off = m->lse_off,
+    };
+    return cv_attn_cl_merge(c, d->dtype, CLVARLEN_DTYPE_F32, d->o_stride, cfg.splits,
+                            d->total_q, d->heads_q, d->head_dim_v, &mm);
+}
+
+#endif /* CLVARLEN_HAVE_OPENCL */
