@@ -626,7 +626,8 @@ CLVARLEN_API void clvarlen_kv_append_params_init(clvarlen_kv_append_params *para
  * (NULL, bad shape or stride, two tokens mapped to one slot, caches
  * overlapping the inputs or each other), CLVARLEN_ERROR_UNSUPPORTED (dtype),
  * CLVARLEN_ERROR_OVERFLOW, and the common ones. Nothing is written on error.
- * n_tokens = 0 is a valid no-op.
+ * n_tokens = 0 is a valid no-op. Host memory in and out: the copy runs on
+ * the host on every context (clvarlen_cl_kv_cache_append runs on the device).
  */
 CLVARLEN_API clvarlen_status clvarlen_kv_cache_append(clvarlen_context *context,
                                                       const clvarlen_kv_append_params *params,
