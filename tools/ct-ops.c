@@ -36,6 +36,8 @@ static const ct_op ops[] = {
     {"attention-bf16",          "attention",   check_fwd_bf16,            NULL},
     {"attention-merge",         "attention",   check_merge,               NULL},
     {"attention",               "attention",   NULL,                      bench_attention},
+    {"paged-attention",         "attention",   check_paged_attention,     bench_paged_attention},
+    {"kv-append",               "attention",   check_kv_append,           bench_kv_append},
     {"gated-delta",             "gated-delta", check_gdn,                 bench_gdn},
     {"gated-delta-recurrent",   "gated-delta", check_gdn_recurrent,       NULL},
     {"gated-delta-chunked",     "gated-delta", check_gdn_chunked,         NULL},

@@ -50,5 +50,10 @@ CT_CHECK(check_gdn);
 CT_CHECK(check_gdn_recurrent);
 CT_CHECK(check_gdn_chunked);
 CT_BENCH(bench_gdn);
+/* paged.c */
+CT_CHECK(check_paged_attention);
+CT_CHECK(check_kv_append);
+CT_BENCH(bench_paged_attention);
+CT_BENCH(bench_kv_append);
 
 #endif
