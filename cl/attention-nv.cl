@@ -87,8 +87,31 @@
 /* Query rows tok0 + r; keys j0 + r of this sequence (KV_ROW: packed or paged). */
 #define STAGE_ROWS(dst, ROWS, base, tok0, nrows, stride, col0)                                  \
     STAGE_ROWS_OF(dst, ROWS, base, (long)(tok0) + rr_, nrows, stride, col0)
+#ifdef CV_PAGED
+/* Paged keys: every row's cache index is looked up first, so the page-table
+ * loads are all in flight before the first cp.async (an asm statement the
+ * compiler does not move loads across). */
+#define STAGE_KEYS(dst, ROWS, base, j0, nrows, stride, col0)                                    \
+    do {                                                                                       \
+        long krow_[((ROWS) * CPR + WG_SIZE - 1) / WG_SIZE];                                    \
+        for (int i_ = 0; i_ < ((ROWS) * CPR + WG_SIZE - 1) / WG_SIZE; i_++) {                  \
+            const int r_ = (lid + i_ * WG_SIZE) / CPR;                                         \
+            krow_[i_] = KV_ROW((j0) + (r_ < (nrows) ? r_ : 0));                                \
+        }                                                                                      \
+        for (int i_ = 0; i_ < ((ROWS) * CPR + WG_SIZE - 1) / WG_SIZE; i_++) {                  \
+            const int e_ = lid + i_ * WG_SIZE, r_ = e_ / CPR, ch_ = e_ % CPR;                  \
+            if (e_ < (ROWS) * CPR) {                                                           \
+                const size_t el_ = (size_t)krow_[i_] * (size_t)(stride) + (size_t)(col0) +     \
+                                   (size_t)ch_ * 8;                                            \
+                cp_async16((dst) + r_ * SROW + ch_ * 8, (base) + el_ * 2,                      \
+                           r_ < (nrows) ? 16 : 0);                                             \
+            }                                                                                  \
+        }                                                                                      \
+    } while (0)
+#else
 #define STAGE_KEYS(dst, ROWS, base, j0, nrows, stride, col0)                                    \
     STAGE_ROWS_OF(dst, ROWS, base, KV_ROW((j0) + rr_), nrows, stride, col0)
+#endif
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1)))
 void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,

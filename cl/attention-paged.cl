@@ -112,6 +112,33 @@ inline float8 cv_load_bf16x8(__global const uchar *p, size_t i)
 #define STORE_ACT(p, i, x) (((__global float *)(p))[i] = (x))
 #endif
 
+/* Chunks of 8 elements per work-item in a K and a V tile. */
+#define NCK ((BN * (HEAD_DIM / 8) + WG_SIZE - 1) / WG_SIZE)
+#define NCV ((BN * (HEAD_DIM_V / 8) + WG_SIZE - 1) / WG_SIZE)
+
+/* Loads the K and V tile of keys [kb0, kb0 + BN) (zeros past kmax) into
+ * pk, pv: chunk c of this work-item is element lid + c * WG_SIZE. */
+#define LOAD_TILE(kb0)                                                                         \
+    do {                                                                                       \
+        const int n_ = min(BN, kmax + 1 - (kb0));                                              \
+        for (int c_ = 0; c_ < NCK; c_++) {                                                     \
+            const int e_ = lid + c_ * WG_SIZE, j_ = e_ / (HEAD_DIM / 8);                       \
+            pk[c_] = (float8)(0.0f);                                                           \
+            if (j_ < n_)                                                                       \
+                pk[c_] = LOAD8(kc + kc_off,                                                    \
+                               (size_t)(cv_paged_row(pt_row, page_size, num_pages, (kb0) + j_) * \
+                                            heads_kv + kvh) * HEAD_DIM + 8 * (e_ % (HEAD_DIM / 8))); \
+        }                                                                                      \
+        for (int c_ = 0; c_ < NCV; c_++) {                                                     \
+            const int e_ = lid + c_ * WG_SIZE, j_ = e_ / (HEAD_DIM_V / 8);                     \
+            pv[c_] = (float8)(0.0f);                                                           \
+            if (j_ < n_)                                                                       \
+                pv[c_] = LOAD8(vc + vc_off,                                                    \
+                               (size_t)(cv_paged_row(pt_row, page_size, num_pages, (kb0) + j_) * \
+                                            heads_kv + kvh) * HEAD_DIM_V + 8 * (e_ % (HEAD_DIM_V / 8))); \
+        }                                                                                      \
+    } while (0)
+
 inline void cv_store8(__local float *d, float8 x)
 {
     d[0] = x.s0; d[1] = x.s1; d[2] = x.s2; d[3] = x.s3;
@@ -218,28 +245,28 @@ void attn_paged(__global const uchar *q, ulong q_off, long q_stride,
         for (int i = 0; i < RPT; i++)
             acc[i] = 0.0f;
 
+        /* Tiles are loaded into registers one tile ahead: the next tile's
+         * loads are in flight while this one is computed. */
+        float8 pk[NCK], pv[NCV];
+        if (kmin <= kmax)
+            LOAD_TILE(kmin);
         for (int kb = kmin; kb <= kmax; kb += BN) {
             const int nvalid = min(BN, kmax + 1 - kb);
             barrier(CLK_LOCAL_MEM_FENCE); /* the previous tile is no longer read */
-            for (int e = lid; e < BN * (HEAD_DIM / 8); e += WG_SIZE) {
-                const int j = e / (HEAD_DIM / 8), c8 = e % (HEAD_DIM / 8);
-                float8 x = (float8)(0.0f);
-                if (j < nvalid)
-                    x = LOAD8(kc + kc_off,
-                              (size_t)(cv_paged_row(pt_row, page_size, num_pages, kb + j) *
-                                           heads_kv + kvh) * HEAD_DIM + 8 * c8);
-                cv_store8(Ks + j * KS + 8 * c8, x);
+            for (int c = 0; c < NCK; c++) {
+                const int e = lid + c * WG_SIZE;
+                if (e < BN * (HEAD_DIM / 8))
+                    cv_store8(Ks + (e / (HEAD_DIM / 8)) * KS + 8 * (e % (HEAD_DIM / 8)), pk[c]);
             }
-            for (int e = lid; e < BN * (HEAD_DIM_V / 8); e += WG_SIZE) {
-                const int j = e / (HEAD_DIM_V / 8), c8 = e % (HEAD_DIM_V / 8);
-                float8 x = (float8)(0.0f);
-                if (j < nvalid)
-                    x = LOAD8(vc + vc_off,
-                              (size_t)(cv_paged_row(pt_row, page_size, num_pages, kb + j) *
-                                           heads_kv + kvh) * HEAD_DIM_V + 8 * c8);
-                cv_store8(Vs + j * HEAD_DIM_V + 8 * c8, x);
+            for (int c = 0; c < NCV; c++) {
+                const int e = lid + c * WG_SIZE;
+                if (e < BN * (HEAD_DIM_V / 8))
+                    cv_store8(Vs + (e / (HEAD_DIM_V / 8)) * HEAD_DIM_V + 8 * (e % (HEAD_DIM_V / 8)),
+                              pv[c]);
             }
             barrier(CLK_LOCAL_MEM_FENCE);
+            if (kb + BN <= kmax)
+                LOAD_TILE(kb + BN);
             /* S = Q K^T with the masks (and softcap), in base 2. */
             for (int e = lid; e < PR * BN; e += WG_SIZE) {
                 const int r = e / BN, j = e % BN, key = kb + j;

@@ -9,6 +9,7 @@
 #include "attention/attention-cl.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if CLVARLEN_HAVE_OPENCL
@@ -102,22 +103,96 @@ static bool use_decode_kernel(const cv_attn_desc *d)
     return d->total_q <= 4 * d->n_seqs;
 }
 
+/* CLVARLEN_PAGED_TUNING="name=N,..." (benchmarks): bn (keys per tile of
+ * attn_paged, 32), wg and unr (attn_paged_nv's work-group size and keys per
+ * work-item per step, 64 and 4), wave (the work-groups per compute unit
+ * automatic splitting aims for, 4), splits (forces the split count of a call
+ * with num_splits 0). */
+static int tuning_knob(const char *name, int fallback)
+{
+    const char *e = getenv("CLVARLEN_PAGED_TUNING");
+    size_t n = strlen(name);
+    for (const char *p = e; p && *p;) {
+        if (strncmp(p, name, n) == 0 && p[n] == '=')
+            return atoi(p + n + 1);
+        p = strchr(p, ',');
+        p = p ? p + 1 : NULL;
+    }
+    return fallback;
+}
+
 typedef struct paged_cfg {
-    int pr, rg, bn, splits;
+    int nv; /* attn_paged_nv of cl/attention-paged-nv.cl */
+    int pr, rg, bn, splits, wg;
     char options[192];
 } paged_cfg;
 
+/* attn_paged_nv: 16-bit caches, D == Dv a power of two, 16-byte rows and
+ * offsets, at most 8 query rows per KV head. Chosen on NVIDIA devices, or on
+ * any device with CLVARLEN_ATTENTION_KERNEL=mma (its emulated shuffles). */
+static bool nv_decode_fits(const clvarlen_context *ctx, const cv_attn_desc *d,
+                           const cv_attn_mem *m, int64_t rows)
+{
+    const char *force = getenv("CLVARLEN_ATTENTION_KERNEL");
+    bool want = force && strcmp(force, "mma") == 0
+                    ? true
+                    : !(force && strcmp(force, "portable") == 0) &&
+                          ctx->device.vendor == CLVARLEN_VENDOR_NVIDIA;
+    int64_t dim = d->head_dim;
+    return want && d->dtype != CLVARLEN_DTYPE_F32 && d->head_dim == d->head_dim_v &&
+           (dim & (dim - 1)) == 0 && rows <= 8 && (m->q_off | m->k_off | m->v_off) % 16 == 0 &&
+           d->q_stride % 8 == 0;
+}
+
+/* Splits: forced, or enough work-groups for about `wave` (4) per compute
+ * unit when rows x KV heads are fewer than two per unit, each split at
+ * least 256 keys of the capacity. */
+static int choose_splits(const clvarlen_context *ctx, const cv_attn_desc *d)
+{
+    int64_t units = d->n_seqs * d->heads_kv, cus = ctx->device.compute_units;
+    int64_t splits = d->num_splits > 0 ? d->num_splits : tuning_knob("splits", 0);
+    if (splits <= 0) {
+        splits = 1;
+        if (cus > 0 && units < 2 * cus) {
+            int64_t by_keys = d->total_k / 256 > 1 ? d->total_k / 256 : 1;
+            int64_t wave = tuning_knob("wave", 4);
+            splits = ((wave > 0 ? wave : 4) * cus + units - 1) / units;
+            splits = splits < by_keys ? splits : by_keys;
+            splits = splits < CV_PAGED_MAX_SPLITS ? splits : CV_PAGED_MAX_SPLITS;
+        }
+    }
+    return (int)splits;
+}
+
 static clvarlen_status decode_cfg(clvarlen_context *ctx, const char *fn, const cv_attn_desc *d,
-                                  paged_cfg *cfg)
+                                  const cv_attn_mem *m, paged_cfg *cfg)
 {
     const int dv = d->head_dim_v, dk = d->head_dim;
     const int64_t group = d->heads_q / d->heads_kv;
+    int64_t rows = d->max_seqlen_q > 0 ? (int64_t)d->max_seqlen_q * group : 16;
+    cfg->splits = choose_splits(ctx, d);
+    if (nv_decode_fits(ctx, d, m, rows)) {
+        cfg->nv = 1;
+        cfg->pr = (int)cv_pow2_ceil(rows < 1 ? 1 : rows);
+        /* Measured on an H100 (bf16, Hq 32, Hk 8, D 128, B 64 x 4096): 64
+         * work-items with 4 keys per step each beat 128 with 2 (0.64x against
+         * 0.57x of the copy bandwidth); 8 keys per step take too many
+         * registers. */
+        cfg->wg = (int)cv_pow2_floor(tuning_knob("wg", 64));
+        if (cfg->wg < 32 || cfg->wg < dk / 8)
+            cfg->wg = dk / 8 > 64 ? dk / 8 : 64;
+        snprintf(cfg->options, sizeof cfg->options,
+                 "-DCV_PAGED=1 -DCV_DTYPE=%d -DHEAD_DIM=%d -DPR=%d -DUNR=%d -DWG_SIZE=%d%s",
+                 cv_dtype_kernel_code(d->dtype), dk, cfg->pr, tuning_knob("unr", 4), cfg->wg,
+                 ctx->device.vendor == CLVARLEN_VENDOR_NVIDIA ? " -DCV_NV_PTX=1" : "");
+        return CLVARLEN_SUCCESS;
+    }
     int rg = dv >= 64 ? 1 : (64 + dv - 1) / dv;
     if (rg == 3)
         rg = 4; /* PR stays a multiple of RG */
-    int64_t rows = d->max_seqlen_q > 0 ? (int64_t)d->max_seqlen_q * group : 16;
     int pr = (int)cv_pow2_ceil(rows < 4 ? 4 : rows > 16 ? 16 : rows);
-    int bn = 32;
+    int bn = (int)cv_pow2_floor(tuning_knob("bn", 32));
+    bn = bn < 8 ? 8 : bn > 128 ? 128 : bn;
     uint64_t limit = ctx->device.local_mem_bytes ? ctx->device.local_mem_bytes : 32768;
     for (;;) {
         uint64_t floats = (uint64_t)pr * dk + (uint64_t)bn * (dk + 1) + (uint64_t)bn * dv +
@@ -134,24 +209,10 @@ static clvarlen_status decode_cfg(clvarlen_context *ctx, const char *fn, const c
                             "(%llu bytes)",
                             fn, dk, dv, (unsigned long long)limit);
     }
-    /* Splits: forced, or enough work-groups for about four per compute unit
-     * when rows x KV heads are fewer than two per unit, each split at least
-     * 256 keys of the capacity. */
-    int64_t units = d->n_seqs * d->heads_kv, cus = ctx->device.compute_units;
-    int64_t splits = d->num_splits;
-    if (splits <= 0) {
-        splits = 1;
-        if (cus > 0 && units < 2 * cus) {
-            int64_t by_keys = d->total_k / 256 > 1 ? d->total_k / 256 : 1;
-            splits = (4 * cus + units - 1) / units;
-            splits = splits < by_keys ? splits : by_keys;
-            splits = splits < CV_PAGED_MAX_SPLITS ? splits : CV_PAGED_MAX_SPLITS;
-        }
-    }
     cfg->pr = pr;
     cfg->rg = rg;
     cfg->bn = bn;
-    cfg->splits = (int)splits;
+    cfg->wg = dv * rg;
     snprintf(cfg->options, sizeof cfg->options,
              "-DCV_PAGED=1 -DCV_DTYPE=%d -DHEAD_DIM=%d -DHEAD_DIM_V=%d -DPR=%d -DRG=%d -DBN=%d",
              cv_dtype_kernel_code(d->dtype), dk, dv, pr, rg, bn);
@@ -215,12 +276,14 @@ clvarlen_status cv_paged_cl_forward(cv_chain *c, const char *fn, const cv_attn_d
     if (!use_decode_kernel(d))
         return cv_attn_cl_forward(c, fn, d, m);
     paged_cfg cfg;
-    clvarlen_status st = decode_cfg(ctx, fn, d, &cfg);
+    memset(&cfg, 0, sizeof cfg);
+    clvarlen_status st = decode_cfg(ctx, fn, d, m, &cfg);
     if (st != CLVARLEN_SUCCESS)
         return st;
+    const char *name = cfg.nv ? "attn_paged_nv" : "attn_paged";
     cl_kernel kernel = NULL;
-    if ((st = cv_get_kernel(ctx, "attention-paged.cl", cfg.options, "attn_paged", &kernel)) !=
-        CLVARLEN_SUCCESS)
+    if ((st = cv_get_kernel(ctx, cfg.nv ? "attention-paged-nv.cl" : "attention-paged.cl",
+                            cfg.options, name, &kernel)) != CLVARLEN_SUCCESS)
         return st;
     /* Partials of a split call: o [splits, Tq, Hq, Dv] and lse [splits, Hq, Tq], f32. */
     cl_mem part = NULL;
@@ -231,9 +294,9 @@ clvarlen_status cv_paged_cl_forward(cv_chain *c, const char *fn, const cv_attn_d
     cl_int err = decode_args(kernel, d, m, part, cfg.splits, c->flag);
     if (err != CL_SUCCESS)
         return cv_cl_check(ctx, err, "clSetKernelArg(attn_paged)");
-    size_t local = (size_t)d->head_dim_v * (size_t)cfg.rg;
+    size_t local = (size_t)cfg.wg;
     size_t global = (size_t)d->n_seqs * (size_t)d->heads_kv * (size_t)cfg.splits * local;
-    if ((st = cv_chain_run(c, kernel, "attn_paged", 1, &global, &local)) != CLVARLEN_SUCCESS ||
+    if ((st = cv_chain_run(c, kernel, name, 1, &global, &local)) != CLVARLEN_SUCCESS ||
         cfg.splits == 1)
         return st;
     const cv_attn_merge_mem mm = {
