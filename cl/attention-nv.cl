@@ -73,44 +73,65 @@
 /* Stages rows ROWEXPR(rr_) for rr_ = 0 .. nrows - 1 of a token-major tensor
  * (this head's HEAD_DIM elements at column offset col0) into `dst` rows
  * 0 .. ROWS-1; rows at or beyond nrows are zero-filled. */
-#define STAGE_ROWS_OF(dst, ROWS, base, ROWEXPR, nrows, stride, col0)                            \
+#define STAGE_ROWS_OF(dst, ROWS, base, ELEXPR, nrows)                                           \
     do {                                                                                       \
         for (int e_ = lid; e_ < (ROWS) * CPR; e_ += WG_SIZE) {                                 \
             const int r_ = e_ / CPR, ch_ = e_ % CPR;                                           \
             const bool ok_ = r_ < (nrows);                                                     \
             const int rr_ = ok_ ? r_ : 0;                                                      \
-            const size_t el_ = (size_t)(ROWEXPR) * (size_t)(stride) + (size_t)(col0) +         \
-                               (size_t)ch_ * 8;                                                \
+            const size_t el_ = (size_t)(ELEXPR) + (size_t)ch_ * 8;                             \
             cp_async16((dst) + r_ * SROW + ch_ * 8, (base) + el_ * 2, ok_ ? 16 : 0);           \
         }                                                                                      \
     } while (0)
 /* Query rows tok0 + r; keys j0 + r of this sequence (KV_ROW: packed or paged). */
 #define STAGE_ROWS(dst, ROWS, base, tok0, nrows, stride, col0)                                  \
-    STAGE_ROWS_OF(dst, ROWS, base, (long)(tok0) + rr_, nrows, stride, col0)
+    STAGE_ROWS_OF(dst, ROWS, base, ((long)(tok0) + rr_) * (stride) + (col0), nrows)
 #ifdef CV_PAGED
-/* Paged keys: every row's cache index is looked up first, so the page-table
- * loads are all in flight before the first cp.async (an asm statement the
- * compiler does not move loads across). */
-#define STAGE_KEYS(dst, ROWS, base, j0, nrows, stride, col0)                                    \
+/* Paged keys: the cache rows of a tile's keys are looked up a tile ahead
+ * (KEY_ROWS_LOAD into NKT registers per work-item, page-table loads in flight
+ * while the previous tile computes; KEY_ROWS_STORE into krow_l[buf] before a
+ * barrier), and tiles are staged from local memory (STAGE_KEYS_LOCAL): a
+ * cp.async never waits for a page-table load. Cache rows fit int (the host
+ * checks num_pages * page_size). */
+#define NKT ((BLOCK_N + WG_SIZE - 1) / WG_SIZE)
+#define KEY_ROWS_LOAD(t, j0, nrows)                                                            \
     do {                                                                                       \
-        long krow_[((ROWS) * CPR + WG_SIZE - 1) / WG_SIZE];                                    \
-        for (int i_ = 0; i_ < ((ROWS) * CPR + WG_SIZE - 1) / WG_SIZE; i_++) {                  \
-            const int r_ = (lid + i_ * WG_SIZE) / CPR;                                         \
-            krow_[i_] = KV_ROW((j0) + (r_ < (nrows) ? r_ : 0));                                \
-        }                                                                                      \
-        for (int i_ = 0; i_ < ((ROWS) * CPR + WG_SIZE - 1) / WG_SIZE; i_++) {                  \
-            const int e_ = lid + i_ * WG_SIZE, r_ = e_ / CPR, ch_ = e_ % CPR;                  \
-            if (e_ < (ROWS) * CPR) {                                                           \
-                const size_t el_ = (size_t)krow_[i_] * (size_t)(stride) + (size_t)(col0) +     \
-                                   (size_t)ch_ * 8;                                            \
-                cp_async16((dst) + r_ * SROW + ch_ * 8, (base) + el_ * 2,                      \
-                           r_ < (nrows) ? 16 : 0);                                             \
-            }                                                                                  \
+        for (int i_ = 0; i_ < NKT; i_++) {                                                     \
+            const int r_ = lid + i_ * WG_SIZE;                                                 \
+            (t)[i_] = r_ < BLOCK_N && r_ < (nrows) ? (int)KV_ROW((j0) + r_) : 0;               \
         }                                                                                      \
     } while (0)
+#define KEY_ROWS_STORE(buf, t)                                                                 \
+    do {                                                                                       \
+        for (int i_ = 0; i_ < NKT; i_++)                                                       \
+            if (lid + i_ * WG_SIZE < BLOCK_N)                                                  \
+                krow_l[(buf) * BLOCK_N + lid + i_ * WG_SIZE] = (t)[i_];                        \
+    } while (0)
+#define STAGE_KEYS_LOCAL(dst, base, buf, nrows, stride, col0)                                   \
+    STAGE_ROWS_OF(dst, BLOCK_N, base,                                                          \
+                  (long)krow_l[(buf) * BLOCK_N + rr_] * (stride) + (col0), nrows)
 #else
 #define STAGE_KEYS(dst, ROWS, base, j0, nrows, stride, col0)                                    \
-    STAGE_ROWS_OF(dst, ROWS, base, KV_ROW((j0) + rr_), nrows, stride, col0)
+    STAGE_ROWS_OF(dst, ROWS, base, KV_ROW((j0) + rr_) * (stride) + (col0), nrows)
+#endif
+
+/* -DCV_GQA_PACK: one work-group per (query tile, KV head, split), its rows
+ * the pairs (query i, head of the group hh) in the order i * group + hh, so
+ * K and V are read once for all query heads of a KV head (decode and
+ * speculative verify, where a sequence has a few queries); with n_splits > 1
+ * split sp sees only keys [sp * chunk, (sp + 1) * chunk) of the sequence and
+ * writes f32 partials that attn_merge combines (part: o [n_splits, total_q,
+ * heads_q, HEAD_DIM], then lse [n_splits, heads_q, total_q]). */
+#ifdef CV_GQA_PACK
+#define CV_PACK_ARGS , __global float *part_base, ulong part_off, int n_splits
+#define QIDX(R) ((R) / group)                           /* the query of tile row R */
+#define QHEAD(R) (kvh * group + (R) % group)            /* its query head */
+#define ROWS_PER_Q group
+#else
+#define CV_PACK_ARGS
+#define QIDX(R) (R)
+#define QHEAD(R) h
+#define ROWS_PER_Q 1
 #endif
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1)))
@@ -124,10 +145,13 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
                   __global float *lse, ulong lse_off,
                   __global const int *wl, int heads_q, int group, int total_q, int total_k,
                   float scale_log2, float scale, float softcap, int causal, int window_left,
-                  int window_right, __global const int *flag CV_PAGED_ARGS)
+                  int window_right, __global const int *flag CV_PAGED_ARGS CV_PACK_ARGS)
 {
     __local ushort smem[SMEM_ELEMS] __attribute__((aligned(16)));
     __local int range[4];
+#ifdef CV_PAGED
+    __local int krow_l[2 * BLOCK_N];
+#endif
     EMU_DECL
 #ifndef CV_NV_PTX
     __local uint *emu = emu_scratch;
@@ -138,7 +162,12 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
     const int lid = get_local_id(0);
     const int warp = lid >> 5, lane = lid & 31, g = lane >> 2, t4 = lane & 3;
     const long grp = get_group_id(0);
+#ifdef CV_GQA_PACK
+    const int heads_kv = heads_q / group, sp = (int)(grp % n_splits);
+    const int item = (int)(grp / n_splits / heads_kv), kvh = (int)((grp / n_splits) % heads_kv);
+#else
     const int item = (int)(grp / heads_q), h = (int)(grp % heads_q);
+#endif
     if (item >= wl[0])
         return;
     const int seq = wl[2 + 2 * item], row0 = wl[3 + 2 * item];
@@ -153,16 +182,27 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
     const int k0 = clamp(cu_k[seq], 0, total_k), k1 = clamp(cu_k[seq + 1], k0, total_k);
     const int lq = q1 - q0, lk = k1 - k0;
 #endif
-    const int rows = min(BLOCK_M, lq - row0);
+    const int rows = min(BLOCK_M, lq * ROWS_PER_Q - row0);
     if (rows <= 0)
         return;
-    const int kvh = h / group;
     __global const uchar *qb = q + q_off;
     __global const uchar *kb_ = k + k_off;
     __global const uchar *vb = v + v_off;
+#ifdef CV_GQA_PACK
+    __global float *part = CV_PTR(float, part_base, part_off);
+    /* This split's keys. */
+    const int chunk = (lk + n_splits - 1) / n_splits;
+    const int s0 = sp * chunk, s1 = min(lk, s0 + chunk);
 
     /* Q tile -> local (async), while the visible key ranges are worked out. */
+    STAGE_ROWS_OF(smem, BLOCK_M, qb,
+                  (long)(q0 + QIDX(row0 + rr_)) * q_stride + (long)QHEAD(row0 + rr_) * HEAD_DIM,
+                  rows);
+#else
+    const int kvh = h / group, s0 = 0, s1 = lk;
+
     STAGE_ROWS(smem, BLOCK_M, qb, q0 + row0, rows, q_stride, h * HEAD_DIM);
+#endif
     cp_async_commit();
 
     /* This lane's rows: warp * WARP_ROWS + 16 mt + g, and + 8 (index 2 mt + i). */
@@ -173,9 +213,10 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
         lo[ri] = 1;
         hi[ri] = 0;
         if (r < rows) {
-            long pos = q_pos_base ? (long)CV_CPTR(int, q_pos_base, q_pos_off)[q0 + row0 + r]
-                                  : (long)(row0 + r) + lk - lq;
-            long a = 0, b = (long)lk - 1;
+            const int qi = QIDX(row0 + r);
+            long pos = q_pos_base ? (long)CV_CPTR(int, q_pos_base, q_pos_off)[q0 + qi]
+                                  : (long)qi + lk - lq;
+            long a = s0, b = (long)s1 - 1;
             if (window_left >= 0)
                 a = max(a, pos - window_left);
             if (causal)
@@ -239,18 +280,38 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
     const float sl2 = softcap > 0.0f ? scale : scale_log2;
 
     const int nblocks = kmin <= kmax ? (kmax - kmin) / BLOCK_N + 1 : 0;
+#ifdef CV_PAGED
+    int cur = 0; /* krow_l[cur]: the cache rows of this tile's keys; [cur ^ 1] the next's */
+    if (nblocks > 0) {
+        int t[NKT];
+        KEY_ROWS_LOAD(t, kmin, min(BLOCK_N, kmax + 1 - kmin));
+        KEY_ROWS_STORE(0, t);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        STAGE_KEYS_LOCAL(Ks, kb_, 0, min(BLOCK_N, kmax + 1 - kmin), k_stride, kvh * HEAD_DIM);
+        cp_async_commit();
+    }
+#else
     if (nblocks > 0) {
         STAGE_KEYS(Ks, BLOCK_N, kb_, kmin, min(BLOCK_N, kmax + 1 - kmin), k_stride,
                    kvh * HEAD_DIM);
         cp_async_commit();
     }
+#endif
     for (int blk = 0; blk < nblocks; blk++) {
         const int kb = kmin + blk * BLOCK_N;
         const int nvalid = min(BLOCK_N, kmax + 1 - kb);
         cp_async_wait_all();
         barrier(CLK_LOCAL_MEM_FENCE); /* K ready; everyone is done with the last V */
+#ifdef CV_PAGED
+        STAGE_KEYS_LOCAL(Vs, vb, cur, nvalid, v_stride, kvh * HEAD_DIM);
+        cp_async_commit();
+        int knext[NKT];
+        if (blk + 1 < nblocks)
+            KEY_ROWS_LOAD(knext, kb + BLOCK_N, min(BLOCK_N, kmax + 1 - kb - BLOCK_N));
+#else
         STAGE_KEYS(Vs, BLOCK_N, vb, kb, nvalid, v_stride, kvh * HEAD_DIM);
         cp_async_commit();
+#endif
 
         float4 s[WARP_MT][NT_S];
         UNROLL
@@ -355,11 +416,20 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
             }
         }
 
+#ifdef CV_PAGED
+        if (blk + 1 < nblocks)
+            KEY_ROWS_STORE(cur ^ 1, knext);
+#endif
         cp_async_wait_all();
         barrier(CLK_LOCAL_MEM_FENCE); /* V ready; everyone is done with K */
         if (blk + 1 < nblocks) {
+#ifdef CV_PAGED
+            STAGE_KEYS_LOCAL(Ks, kb_, cur ^ 1, min(BLOCK_N, kmax + 1 - kb - BLOCK_N), k_stride,
+                             kvh * HEAD_DIM);
+#else
             STAGE_KEYS(Ks, BLOCK_N, kb_, kb + BLOCK_N, min(BLOCK_N, kmax + 1 - kb - BLOCK_N),
                        k_stride, kvh * HEAD_DIM);
+#endif
             cp_async_commit();
         }
         UNROLL
@@ -375,6 +445,9 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
                 }
             }
         }
+#ifdef CV_PAGED
+        cur ^= 1;
+#endif
     }
 
     /* Row sums over the quad, then o = acc / l and lse. */
@@ -392,16 +465,31 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
             continue;
         const float lt = l[ri], mt_max = m[ri];
         const float inv = lt > 0.0f ? 1.0f / lt : 0.0f;
-        const size_t tok = (size_t)(q0 + row0 + r);
+        const size_t tok = (size_t)(q0 + QIDX(row0 + r)), hr = (size_t)QHEAD(row0 + r);
+        const float lv = lt > 0.0f ? (mt_max * f + log2(lt)) * M_LN2_F : -INFINITY;
+#ifdef CV_GQA_PACK
+        if (n_splits > 1) { /* f32 partials for attn_merge */
+            __global float *prow = part + (((size_t)sp * total_q + tok) * heads_q + hr) * HEAD_DIM;
+            UNROLL
+            for (int n = 0; n < NT_O; n++) {
+                float a = i ? oacc[mt][n].z : oacc[mt][n].x;
+                float b = i ? oacc[mt][n].w : oacc[mt][n].y;
+                vstore2((float2)(a * inv, b * inv), 0, prow + n * 8 + 2 * t4);
+            }
+            if (t4 == 0)
+                part[(size_t)n_splits * total_q * heads_q * HEAD_DIM +
+                     ((size_t)sp * heads_q + hr) * total_q + tok] = lv;
+            continue;
+        }
+#endif
         __global uint *orow =
-            (__global uint *)(ob + (tok * (size_t)o_stride + (size_t)h * HEAD_DIM) * 2);
+            (__global uint *)(ob + (tok * (size_t)o_stride + hr * HEAD_DIM) * 2);
         UNROLL
         for (int n = 0; n < NT_O; n++) {
             float a = i ? oacc[mt][n].z : oacc[mt][n].x, b = i ? oacc[mt][n].w : oacc[mt][n].y;
             orow[n * 4 + t4] = pack2(a * inv, b * inv);
         }
         if (t4 == 0 && lse)
-            CV_PTR(float, lse, lse_off)[(size_t)h * total_q + tok] =
-                lt > 0.0f ? (mt_max * f + log2(lt)) * M_LN2_F : -INFINITY;
+            CV_PTR(float, lse, lse_off)[hr * total_q + tok] = lv;
     }
 }

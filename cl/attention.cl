@@ -10,12 +10,13 @@
 #ifdef CV_ATTN_AUX
 
 /* The work list: wl[0] = number of items, then items (sequence, first row of
- * the query tile) from wl[2]; after the items, scratch for the per-sequence
+ * the query tile) from wl[2]; a sequence of L queries has L * row_mult rows
+ * (row_mult > 1: the query heads of a KV head packed into the tile's rows); after the items, scratch for the per-sequence
  * tile offsets. One work-group of any power-of-two size. Within a sequence the
  * last tile comes first: under causal masking it is the heaviest, and
  * starting heavy work-groups early shortens the tail. */
 __kernel void attn_worklist(__global const int *cu_base, ulong cu_off, int n_seqs, int total_q,
-                            int block_m, int capacity, __global int *wl,
+                            int row_mult, int block_m, int capacity, __global int *wl,
                             __global const int *flag)
 {
     __global const int *cu = CV_CPTR(int, cu_base, cu_off);
@@ -36,7 +37,7 @@ __kernel void attn_worklist(__global const int *cu_base, ulong cu_off, int n_seq
     int sum = 0;
     for (int s = s0; s < s1; s++) {
         int a = clamp(cu[s], 0, total_q), b = clamp(cu[s + 1], 0, total_q);
-        sum += b > a ? (b - a + block_m - 1) / block_m : 0;
+        sum += b > a ? ((b - a) * row_mult + block_m - 1) / block_m : 0;
     }
     part[lid] = sum;
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -53,7 +54,7 @@ __kernel void attn_worklist(__global const int *cu_base, ulong cu_off, int n_seq
     for (int s = s0; s < s1; s++) {
         tile_cu[s] = acc;
         int a = clamp(cu[s], 0, total_q), b = clamp(cu[s + 1], 0, total_q);
-        acc += b > a ? (b - a + block_m - 1) / block_m : 0;
+        acc += b > a ? ((b - a) * row_mult + block_m - 1) / block_m : 0;
     }
     if (lid == nt - 1) /* the exclusive prefix of the last thread plus its own count */
         tile_cu[n_seqs] = acc;
@@ -97,8 +98,10 @@ void attn_merge(long n_parts, long tokens, int heads, int dv, int dt, int part_d
                 ulong o_b_off, long part_stride, __global const float *lse_a,
                 ulong lse_a_off, __global const float *lse_b, ulong lse_b_off,
                 long lse_part_stride, __global uchar *o, ulong o_off, __global float *lse,
-                ulong lse_off)
+                ulong lse_off, __global const int *flag)
 {
+    if (flag && *flag) /* a device check failed earlier in the chain: write nothing */
+        return;
     const int lane = get_local_id(0) % CV_ATTN_MERGE_LANES;
     const long row = (long)get_group_id(0) * (CV_ATTN_MERGE_WG / CV_ATTN_MERGE_LANES) +
                      (get_local_id(0) / CV_ATTN_MERGE_LANES);

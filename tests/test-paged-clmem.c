@@ -268,14 +268,20 @@ static void cl_bad_inputs(clvarlen_context *ctx, int checked)
             {d.cu.mem, d.pt.mem, short_cs.mem, CLVARLEN_ERROR_INVALID_ARGUMENT, "cache < len_q"},
             {bad_cu.mem, d.pt.mem, d.cs.mem, CLVARLEN_ERROR_INVALID_CU_SEQLENS, "cu_seqlens_q"},
         };
-        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-            clvarlen_status st = pdev_forward(ctx, &p, &d, bad[i].cu, bad[i].pt, bad[i].cs, 0);
-            ck_assert_msg(st == bad[i].want, "checked %s: got %s, want %s (%s)", bad[i].what,
-                          clvarlen_status_name(st), clvarlen_status_name(bad[i].want),
-                          clvarlen_last_error(ctx));
-            tu_clbuf_untouched(ctx, &d.o, bad[i].what);
-            tu_clbuf_untouched(ctx, &d.lse, bad[i].what);
+        /* also with split-KV: its merge must not write either */
+        for (int splits = 0; splits <= 2; splits += 2) {
+            p.num_splits = splits;
+            for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+                clvarlen_status st =
+                    pdev_forward(ctx, &p, &d, bad[i].cu, bad[i].pt, bad[i].cs, 0);
+                ck_assert_msg(st == bad[i].want, "checked %s (splits %d): got %s, want %s (%s)",
+                              bad[i].what, splits, clvarlen_status_name(st),
+                              clvarlen_status_name(bad[i].want), clvarlen_last_error(ctx));
+                tu_clbuf_untouched(ctx, &d.o, bad[i].what);
+                tu_clbuf_untouched(ctx, &d.lse, bad[i].what);
+            }
         }
+        p.num_splits = 0;
     } else {
         /* unspecified values, but the call completes and stays inside o and lse */
         ck_assert_int_eq(pdev_forward(ctx, &p, &d, d.cu.mem, bad_pt.mem, d.cs.mem, 0),

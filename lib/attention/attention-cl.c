@@ -19,6 +19,7 @@
 typedef struct attn_cfg {
     int mma;           /* the tensor-core kernel of attention-nv.cl */
     int block_m, block_n, wg;
+    int row_mult;      /* tile rows per query: the group size when query heads are packed */
     char options[256];
 } attn_cfg;
 
@@ -55,8 +56,14 @@ static bool mma_fits(const cv_attn_desc *d, const cv_attn_mem *m)
            d->o_stride % 8 == 0;
 }
 
+bool cv_attn_use_mma(const clvarlen_context *ctx, const cv_attn_desc *d, const cv_attn_mem *m)
+{
+    int force = kernel_override();
+    return mma_fits(d, m) && (force == 2 || (force == 0 && is_nvidia_mma(ctx)));
+}
+
 static clvarlen_status mma_cfg(clvarlen_context *ctx, const char *fn, const cv_attn_desc *d,
-                               attn_cfg *cfg)
+                               const cv_attn_pack *pack, attn_cfg *cfg)
 {
     cfg->mma = 1;
     /* Measured on an H100 (bf16, Hq 32, Hk 8): at D = 128, 64-row tiles
@@ -70,6 +77,11 @@ static clvarlen_status mma_cfg(clvarlen_context *ctx, const char *fn, const cv_a
     int q_smem = d->head_dim > 64 && avg < 96;
     if (q_smem)
         bn = 32;
+    if (pack) { /* a few packed rows per sequence: one warp, Q in registers */
+        bm = pack->block_m;
+        bn = pack->block_n;
+        q_smem = 0;
+    }
     /* Local memory: the Q tile and the K and V tiles, rows padded by 8
      * elements; with Q in registers its space is reused for K and V. */
     uint64_t limit = ctx->device.local_mem_bytes ? ctx->device.local_mem_bytes : 49152;
@@ -95,6 +107,11 @@ static clvarlen_status mma_cfg(clvarlen_context *ctx, const char *fn, const cv_a
              cv_dtype_kernel_code(d->dtype), (int)d->head_dim, bm, bn,
              q_smem ? " -DQ_SMEM=1" : "",
              ctx->device.vendor == CLVARLEN_VENDOR_NVIDIA ? " -DCV_NV_PTX=1" : "");
+    if (pack) {
+        size_t len = strlen(cfg->options);
+        snprintf(cfg->options + len, sizeof cfg->options - len, " -DCV_GQA_PACK=1");
+        cfg->row_mult = d->heads_q / d->heads_kv;
+    }
     return CLVARLEN_SUCCESS;
 }
 
@@ -152,13 +169,13 @@ static clvarlen_status portable_cfg(clvarlen_context *ctx, const char *fn, const
 }
 
 static clvarlen_status choose_cfg(clvarlen_context *ctx, const char *fn, const cv_attn_desc *d,
-                                  const cv_attn_mem *m, attn_cfg *cfg)
+                                  const cv_attn_mem *m, const cv_attn_pack *pack,
+                                  attn_cfg *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
-    int force = kernel_override();
-    clvarlen_status st = mma_fits(d, m) && (force == 2 || (force == 0 && is_nvidia_mma(ctx)))
-                             ? mma_cfg(ctx, fn, d, cfg)
-                             : portable_cfg(ctx, fn, d, cfg);
+    cfg->row_mult = 1;
+    clvarlen_status st = pack || cv_attn_use_mma(ctx, d, m) ? mma_cfg(ctx, fn, d, pack, cfg)
+                                                            : portable_cfg(ctx, fn, d, cfg);
     if (st == CLVARLEN_SUCCESS && d->page_size > 0) {
         size_t len = strlen(cfg->options);
         snprintf(cfg->options + len, sizeof cfg->options - len, " -DCV_PAGED=1");
@@ -167,16 +184,17 @@ static clvarlen_status choose_cfg(clvarlen_context *ctx, const char *fn, const c
 }
 
 static cl_int worklist_args(cl_kernel kernel, const cv_attn_desc *d, const cv_attn_mem *m,
-                            int block_m, int64_t capacity, cl_mem wl, cl_mem flag)
+                            const attn_cfg *cfg, int64_t capacity, cl_mem wl, cl_mem flag)
 {
     cl_int n_seqs = (cl_int)d->n_seqs, total_q = (cl_int)d->total_q;
-    cl_int bm = block_m, cap = (cl_int)capacity;
+    cl_int bm = cfg->block_m, cap = (cl_int)capacity, row_mult = cfg->row_mult;
     cl_ulong cu_q_off = m->cu_q_off;
     cv_args a = cv_args_begin(kernel);
     CV_ARG(a, m->cu_q);
     CV_ARG(a, cu_q_off);
     CV_ARG(a, n_seqs);
     CV_ARG(a, total_q);
+    CV_ARG(a, row_mult);
     CV_ARG(a, bm);
     CV_ARG(a, cap);
     CV_ARG(a, wl);
@@ -185,7 +203,7 @@ static cl_int worklist_args(cl_kernel kernel, const cv_attn_desc *d, const cv_at
 }
 
 static cl_int forward_args(cl_kernel kernel, const cv_attn_desc *d, const cv_attn_mem *m,
-                           cl_mem wl, cl_mem flag)
+                           cl_mem wl, cl_mem flag, const cv_attn_pack *pack, size_t part_off)
 {
     cl_ulong q_off = m->q_off, k_off = m->k_off, v_off = m->v_off, q_pos_off = m->q_pos_off;
     cl_ulong cu_q_off = m->cu_q_off, cu_k_off = m->cu_k_off, o_off = m->o_off;
@@ -240,22 +258,32 @@ static cl_int forward_args(cl_kernel kernel, const cv_attn_desc *d, const cv_att
         CV_ARG(a, page_size);
         CV_ARG(a, num_pages);
     }
+    if (pack) { /* CV_PACK_ARGS of cl/attention-nv.cl: the partials follow the work list */
+        cl_ulong poff = part_off;
+        cl_int n_splits = pack->splits;
+        CV_ARG(a, wl);
+        CV_ARG(a, poff);
+        CV_ARG(a, n_splits);
+    }
     return a.err;
 }
 
 clvarlen_status cv_attn_cl_forward(cv_chain *c, const char *fn, const cv_attn_desc *d,
-                                   const cv_attn_mem *m)
+                                   const cv_attn_mem *m, const cv_attn_pack *pack)
 {
     clvarlen_context *ctx = c->ctx;
     attn_cfg cfg;
-    clvarlen_status st = choose_cfg(ctx, fn, d, m, &cfg);
+    clvarlen_status st = choose_cfg(ctx, fn, d, m, pack, &cfg);
     if (st != CLVARLEN_SUCCESS)
         return st;
+    const int splits = pack ? pack->splits : 1;
+    const int64_t units = pack ? d->heads_kv : d->heads_q; /* work-groups per tile */
 
-    /* Tiles: sum ceil(L_s / BM) <= (Tq + N (BM - 1)) / BM. */
-    int64_t capacity = (d->total_q + d->n_seqs * (cfg.block_m - 1)) / cfg.block_m;
+    /* Tiles: sum ceil(L_s R / BM) <= (Tq R + N (BM - 1)) / BM, R rows per query. */
+    int64_t capacity =
+        (d->total_q * cfg.row_mult + d->n_seqs * (cfg.block_m - 1)) / cfg.block_m;
     int64_t wl_ints = 2 + 2 * capacity + d->n_seqs + 1;
-    if (wl_ints > INT32_MAX || capacity * d->heads_q > ((int64_t)1 << 40))
+    if (wl_ints > INT32_MAX || capacity * units * splits > ((int64_t)1 << 40))
         return cv_error(ctx, CLVARLEN_ERROR_OVERFLOW, "%s: %lld query tiles are too many", fn,
                         (long long)capacity);
 
@@ -267,12 +295,17 @@ clvarlen_status cv_attn_cl_forward(cv_chain *c, const char *fn, const cv_attn_de
                             &attn)) != CLVARLEN_SUCCESS)
         return st;
 
-    /* The work list lives in the context's temp buffer (no per-call allocation). */
+    /* The work list, then (split calls) the f32 partials o [splits, Tq, Hq,
+     * Dv] and lse [splits, Hq, Tq], in the context's temp buffer (no
+     * per-call allocation). */
+    const size_t part_off = ((size_t)wl_ints * 4 + 255) / 256 * 256;
+    const uint64_t part_rows = (uint64_t)d->total_q * (uint64_t)d->heads_q * (uint64_t)splits;
+    const uint64_t part_bytes = splits > 1 ? part_rows * ((uint64_t)d->head_dim_v + 1) * 4 : 0;
     cl_mem wl = NULL;
-    if ((st = cv_temp(ctx, (size_t)wl_ints * 4, &wl)) != CLVARLEN_SUCCESS)
+    if ((st = cv_temp(ctx, part_off + (size_t)part_bytes, &wl)) != CLVARLEN_SUCCESS)
         return st;
 
-    cl_int err = worklist_args(build, d, m, cfg.block_m, capacity, wl, c->flag);
+    cl_int err = worklist_args(build, d, m, &cfg, capacity, wl, c->flag);
     if (err != CL_SUCCESS)
         return cv_cl_check(ctx, err, "clSetKernelArg(attn_worklist)");
     size_t bwg = ctx->tuning.scan_wg ? ctx->tuning.scan_wg : 64;
@@ -281,11 +314,20 @@ clvarlen_status cv_attn_cl_forward(cv_chain *c, const char *fn, const cv_attn_de
     if ((st = cv_chain_run(c, build, "attn_worklist", 1, &bwg, &bwg)) != CLVARLEN_SUCCESS)
         return st;
 
-    if ((err = forward_args(attn, d, m, wl, c->flag)) != CL_SUCCESS)
+    if ((err = forward_args(attn, d, m, wl, c->flag, pack, part_off)) != CL_SUCCESS)
         return cv_cl_check(ctx, err, "clSetKernelArg(attention)");
     size_t local = (size_t)cfg.wg;
-    size_t global = (size_t)capacity * (size_t)d->heads_q * local;
-    return cv_chain_run(c, attn, name, 1, &global, &local);
+    size_t global = (size_t)capacity * (size_t)units * (size_t)splits * local;
+    if ((st = cv_chain_run(c, attn, name, 1, &global, &local)) != CLVARLEN_SUCCESS || splits == 1)
+        return st;
+    const cv_attn_merge_mem mm = {
+        .o_a = wl, .o_a_off = part_off,
+        .lse_a = wl, .lse_a_off = part_off + (size_t)(part_rows * (uint64_t)d->head_dim_v * 4),
+        .o = m->o, .o_off = m->o_off,
+        .lse = m->lse, .lse_off = m->lse_off,
+    };
+    return cv_attn_cl_merge(c, d->dtype, CLVARLEN_DTYPE_F32, d->o_stride, splits, d->total_q,
+                            d->heads_q, d->head_dim_v, &mm);
 }
 
 /* A device buffer the host path creates: filled from host when host != NULL,
@@ -358,8 +400,8 @@ clvarlen_status cv_attn_cl_forward_host(clvarlen_context *ctx, const char *fn,
         st = cv_error(ctx, CLVARLEN_ERROR_OUT_OF_MEMORY, "%s: out of memory", fn);
         goto out;
     }
-    if ((st = paged ? cv_paged_cl_forward(&c, fn, d, &m) : cv_attn_cl_forward(&c, fn, d, &m)) !=
-        CLVARLEN_SUCCESS)
+    if ((st = paged ? cv_paged_cl_forward(&c, fn, d, &m)
+                    : cv_attn_cl_forward(&c, fn, d, &m, NULL)) != CLVARLEN_SUCCESS)
         goto out;
     /* lse goes through a temporary so that a failed read leaves the outputs untouched. */
     if (lse && (st = cv_chain_read(&c, m.lse, 0, lse_bytes, lse_tmp)) != CLVARLEN_SUCCESS)
@@ -414,6 +456,7 @@ clvarlen_status cv_attn_cl_merge(cv_chain *c, clvarlen_dtype dtype, clvarlen_dty
     CV_ARG(a, o_off);
     CV_ARG(a, m->lse);
     CV_ARG(a, lse_off);
+    CV_ARG(a, c->flag);
     if (a.err != CL_SUCCESS)
         return cv_cl_check(ctx, a.err, "clSetKernelArg(attn_merge)");
     /* CV_ATTN_MERGE_LANES work-items per (token, head) row (cl/attention.cl). */

@@ -39,11 +39,22 @@ typedef struct cv_attn_merge_mem {
     size_t o_a_off, o_b_off, lse_a_off, lse_b_off, o_off, lse_off;
 } cv_attn_merge_mem;
 
+/* The tensor-core kernel with the query heads of a KV head packed into its
+ * tiles' rows (-DCV_GQA_PACK): block_m rows per tile, each sequence's keys
+ * split into `splits` ranges merged by attn_merge. */
+typedef struct cv_attn_pack {
+    int block_m, block_n, splits;
+} cv_attn_pack;
+
+/** Whether the forward runs the tensor-core kernel (device, dtype, dims and alignment,
+ * CLVARLEN_ATTENTION_KERNEL). */
+bool cv_attn_use_mma(const clvarlen_context *ctx, const cv_attn_desc *d, const cv_attn_mem *m);
+
 /** Builds the work list and runs the forward kernel on the chain (n_seqs and
- * total_q > 0). With a check flag on the chain the kernels write nothing once
- * a check bit is set. */
+ * total_q > 0); pack (may be NULL) selects the packed tensor-core form. With
+ * a check flag on the chain the kernels write nothing once a check bit is set. */
 clvarlen_status cv_attn_cl_forward(cv_chain *c, const char *fn, const cv_attn_desc *d,
-                                   const cv_attn_mem *m);
+                                   const cv_attn_mem *m, const cv_attn_pack *pack);
 
 /** The host-memory forward on an OpenCL context; outputs are written only on success.
  * Paged (d->page_size > 0): k, v are the caches, cu_k cache_seqlens, q_pos NULL. */

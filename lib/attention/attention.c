@@ -386,7 +386,7 @@ static clvarlen_status forward_on_chain(cv_chain *c, const char *fn, const cv_at
         if (st != CLVARLEN_SUCCESS)
             return st;
     }
-    return cv_attn_cl_forward(c, fn, d, m);
+    return cv_attn_cl_forward(c, fn, d, m, NULL);
 }
 
 clvarlen_status clvarlen_cl_attention_forward(

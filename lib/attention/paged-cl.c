@@ -107,7 +107,8 @@ static bool use_decode_kernel(const cv_attn_desc *d)
  * attn_paged, 32), wg and unr (attn_paged_nv's work-group size and keys per
  * work-item per step, 64 and 4), wave (the work-groups per compute unit
  * automatic splitting aims for, 4), splits (forces the split count of a call
- * with num_splits 0). */
+ * with num_splits 0), pack, ppack (the packed tensor-core kernel for decode
+ * and for longer rows, 1 and 0) and pbn (its keys per tile, 64). */
 static int tuning_knob(const char *name, int fallback)
 {
     const char *e = getenv("CLVARLEN_PAGED_TUNING");
@@ -273,8 +274,21 @@ clvarlen_status cv_paged_cl_forward(cv_chain *c, const char *fn, const cv_attn_d
                                     const cv_attn_mem *m)
 {
     clvarlen_context *ctx = c->ctx;
-    if (!use_decode_kernel(d))
-        return cv_attn_cl_forward(c, fn, d, m);
+    const bool decode = use_decode_kernel(d);
+    if (cv_attn_use_mma(ctx, d, m) && d->heads_q > d->heads_kv &&
+        tuning_knob(decode ? "pack" : "ppack", decode ? 1 : 0)) {
+        /* Tensor cores with the group's query heads packed into the tile rows:
+         * K and V read once per KV head. Decode rows fill one warp's 16. */
+        const int64_t group = d->heads_q / d->heads_kv;
+        const int64_t rows = d->max_seqlen_q > 0 ? (int64_t)d->max_seqlen_q * group : 64;
+        int bn = (int)cv_pow2_floor(tuning_knob("pbn", 64));
+        const cv_attn_pack pack = {.block_m = decode && rows <= 16 ? 16 : 64,
+                                   .block_n = bn < 16 ? 16 : bn > 64 ? 64 : bn,
+                                   .splits = decode ? choose_splits(ctx, d) : 1};
+        return cv_attn_cl_forward(c, fn, d, m, &pack);
+    }
+    if (!decode)
+        return cv_attn_cl_forward(c, fn, d, m, NULL);
     paged_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
     clvarlen_status st = decode_cfg(ctx, fn, d, m, &cfg);

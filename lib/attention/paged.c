@@ -210,6 +210,9 @@ static clvarlen_status validate_paged(clvarlen_context *ctx, const char *fn,
     if (p->max_pages <= 0)
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: max_pages must be positive",
                         fn);
+    if (p->num_pages > INT32_MAX / p->page_size)
+        return cv_error(ctx, CLVARLEN_ERROR_OVERFLOW,
+                        "%s: num_pages * page_size (the cache's token slots) must fit int32", fn);
     if ((int64_t)p->max_pages * p->page_size > INT32_MAX)
         return cv_error(ctx, CLVARLEN_ERROR_OVERFLOW,
                         "%s: max_pages * page_size must fit int32 cache_seqlens", fn);
@@ -227,7 +230,7 @@ static clvarlen_status validate_paged(clvarlen_context *ctx, const char *fn,
                         (int)p->num_splits, CV_PAGED_MAX_SPLITS);
     d->page_size = p->page_size;
     d->max_pages = p->max_pages;
-    d->num_pages = p->num_pages > INT32_MAX ? INT32_MAX : p->num_pages; /* int32 entries */
+    d->num_pages = p->num_pages;
     d->pt_stride = pitch;
     d->num_splits = p->num_splits;
     d->total_k = (int64_t)p->max_pages * p->page_size;
