@@ -145,24 +145,38 @@ static bool nv_decode_fits(const clvarlen_context *ctx, const cv_attn_desc *d,
            d->q_stride % 8 == 0;
 }
 
-/* Splits: forced, or enough work-groups for about `wave` (4) per compute
- * unit when rows x KV heads are fewer than two per unit, each split at
- * least 256 keys of the capacity. */
+/* Splits: forced, or, when rows x KV heads are fewer than two per compute
+ * unit, about `wave` (4) work-groups per unit, each split at least 256 keys
+ * of the capacity. The count is chosen so that the work-groups spread evenly:
+ * 544 of them on 132 units (17 splits) leave some units a fifth one and cost
+ * a fifth of the time, where 512 (16 splits) do not (measured on an H100). */
 static int choose_splits(const clvarlen_context *ctx, const cv_attn_desc *d)
 {
     int64_t units = d->n_seqs * d->heads_kv, cus = ctx->device.compute_units;
     int64_t splits = d->num_splits > 0 ? d->num_splits : tuning_knob("splits", 0);
-    if (splits <= 0) {
-        splits = 1;
-        if (cus > 0 && units < 2 * cus) {
-            int64_t by_keys = d->total_k / 256 > 1 ? d->total_k / 256 : 1;
-            int64_t wave = tuning_knob("wave", 4);
-            splits = ((wave > 0 ? wave : 4) * cus + units - 1) / units;
-            splits = splits < by_keys ? splits : by_keys;
-            splits = splits < CV_PAGED_MAX_SPLITS ? splits : CV_PAGED_MAX_SPLITS;
+    if (splits > 0)
+        return (int)splits;
+    if (cus <= 0 || units >= 2 * cus)
+        return 1;
+    int64_t by_keys = d->total_k / 256 > 1 ? d->total_k / 256 : 1;
+    int64_t wave = tuning_knob("wave", 4);
+    wave = wave > 0 ? wave : 4;
+    double best_eff = 0.0;
+    int64_t best = 1;
+    for (int64_t t = wave; t >= 1; t--) { /* work-groups per unit, the fullest first */
+        int64_t s = t * cus / units;
+        s = s < by_keys ? s : by_keys;
+        s = s < CV_PAGED_MAX_SPLITS ? s : CV_PAGED_MAX_SPLITS;
+        if (s < 1)
+            continue;
+        double per_unit = (double)(units * s) / (double)cus;
+        double eff = per_unit / (double)((units * s + cus - 1) / cus);
+        if (eff > best_eff + 0.02) {
+            best_eff = eff;
+            best = s;
         }
     }
-    return (int)splits;
+    return (int)best;
 }
 
 static clvarlen_status decode_cfg(clvarlen_context *ctx, const char *fn, const cv_attn_desc *d,
