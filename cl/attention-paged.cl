@@ -11,12 +11,15 @@
 
 #ifdef CV_PAGED_AUX
 
-/* Cache append: work-item (e, t) copies element e of token t's k row
- * (e < heads * dk) or v row (the rest) to the token's slot, converting the
- * dtype. A slot of -1 is skipped; so is one outside [0, slots), which the
- * host path refuses and the device check reports before this runs. */
+/* Cache append: work-item (e, t) copies `vec` elements from element e * vec
+ * of token t's k row (the first heads * dk / vec work-items) or v row (the
+ * rest) to the token's slot, converting the dtype. vec is 8 when both row
+ * widths are multiples of 8 and every row start is 16-byte aligned for the
+ * dtypes involved (the host checks), else 1. A slot of -1 is skipped; so is
+ * one outside [0, slots), which the host path refuses and the device check
+ * reports before this runs. */
 __kernel void kv_append(long n_tokens, int heads, int dk, int dv, int in_dt, int cache_dt,
-                        __global const uchar *k, ulong k_off, long k_stride,
+                        int vec, __global const uchar *k, ulong k_off, long k_stride,
                         __global const uchar *v, ulong v_off, long v_stride,
                         __global const long *slot_base, ulong slot_off, long slots,
                         __global uchar *kc, ulong kc_off, __global uchar *vc, ulong vc_off,
@@ -25,19 +28,31 @@ __kernel void kv_append(long n_tokens, int heads, int dk, int dv, int in_dt, int
     if (flag && *flag)
         return;
     const long t = get_global_id(1);
-    const int e = (int)get_global_id(0);
+    const int e = (int)get_global_id(0) * vec;
     const int kw = heads * dk, vw = heads * dv;
     if (t >= n_tokens || e >= kw + vw)
         return;
     const long slot = CV_CPTR(long, slot_base, slot_off)[t];
     if (slot < 0 || slot >= slots)
         return;
-    if (e < kw)
-        cv_store_f(kc + kc_off, (size_t)slot * kw + e,
-                   cv_load_f(k + k_off, (size_t)t * k_stride + e, in_dt), cache_dt);
-    else
-        cv_store_f(vc + vc_off, (size_t)slot * vw + (e - kw),
-                   cv_load_f(v + v_off, (size_t)t * v_stride + (e - kw), in_dt), cache_dt);
+    const bool is_k = e < kw;
+    __global const uchar *src = is_k ? k + k_off : v + v_off;
+    __global uchar *dst = is_k ? kc + kc_off : vc + vc_off;
+    const size_t si = (size_t)t * (is_k ? k_stride : v_stride) + (is_k ? e : e - kw);
+    const size_t di = (size_t)slot * (is_k ? kw : vw) + (is_k ? e : e - kw);
+    if (vec == 8 && in_dt == cache_dt) { /* a straight 16- or 32-byte copy */
+        if (in_dt == CV_DT_F32) {
+            __global const float4 *s4 = (__global const float4 *)(src + si * 4);
+            __global float4 *d4 = (__global float4 *)(dst + di * 4);
+            d4[0] = s4[0];
+            d4[1] = s4[1];
+        } else {
+            *(__global uint4 *)(dst + di * 2) = *(__global const uint4 *)(src + si * 2);
+        }
+        return;
+    }
+    for (int i = 0; i < vec; i++)
+        cv_store_f(dst, di + i, cv_load_f(src, si + i, in_dt), cache_dt);
 }
 
 /* The device check of a paged call: for each row b, len_q <= cache_seqlens[b]

@@ -31,6 +31,12 @@ clvarlen_status cv_paged_cl_append(cv_chain *c, const cv_append_desc *a, const c
     cl_long slots = a->num_pages * (int64_t)a->page_size;
     cl_int heads = a->heads_kv, dk = a->head_dim, dv = a->head_dim_v;
     cl_int in_dt = cv_dtype_kernel_code(a->dtype), cache_dt = cv_dtype_kernel_code(a->cache_dtype);
+    /* 8 elements per work-item when every row start is 16-byte aligned. */
+    const size_t ies = cv_dtype_size(a->dtype), ces = cv_dtype_size(a->cache_dtype);
+    bool v8 = a->head_dim % 8 == 0 && a->head_dim_v % 8 == 0 && a->k_stride % 8 == 0 &&
+              a->v_stride % 8 == 0 && (m->k_off % (8 * ies) | m->v_off % (8 * ies)) == 0 &&
+              (m->kc_off % (8 * ces) | m->vc_off % (8 * ces)) == 0;
+    cl_int vec = v8 ? 8 : 1;
     cl_ulong k_off = m->k_off, v_off = m->v_off, s_off = m->slot_off;
     cl_ulong kc_off = m->kc_off, vc_off = m->vc_off;
     cv_args g = cv_args_begin(kernel);
@@ -40,6 +46,7 @@ clvarlen_status cv_paged_cl_append(cv_chain *c, const cv_append_desc *a, const c
     CV_ARG(g, dv);
     CV_ARG(g, in_dt);
     CV_ARG(g, cache_dt);
+    CV_ARG(g, vec);
     CV_ARG(g, m->k);
     CV_ARG(g, k_off);
     CV_ARG(g, ks);
@@ -57,7 +64,7 @@ clvarlen_status cv_paged_cl_append(cv_chain *c, const cv_append_desc *a, const c
     if (g.err != CL_SUCCESS)
         return cv_cl_check(ctx, g.err, "clSetKernelArg(kv_append)");
     size_t local[2] = {64, 1};
-    size_t global[2] = {(size_t)heads * (size_t)(dk + dv), (size_t)n};
+    size_t global[2] = {(size_t)heads * (size_t)(dk + dv) / (size_t)vec, (size_t)n};
     return cv_chain_run(c, kernel, "kv_append", 2, global, local);
 }
 

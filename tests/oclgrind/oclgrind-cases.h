@@ -2,7 +2,8 @@
  * each run once on the OpenCL device under test (Oclgrind's simulator, see
  * run-oclgrind.sh) and once on the CPU fallback, outputs compared. The
  * harness and the segment cases are in oclgrind-cases.c, the attention and
- * gated delta cases in oclgrind-cases-nn.c.
+ * gated delta cases in oclgrind-cases-nn.c, the paged KV cache's in
+ * oclgrind-cases-paged.c.
  */
 #ifndef CLVARLEN_OCLGRIND_CASES_H
 #define CLVARLEN_OCLGRIND_CASES_H
@@ -60,5 +61,6 @@ int oc_read(oc_run *r, cl_mem mem, void *host, size_t bytes);
 /* The case tables (NULL-name terminated). */
 extern const oc_case oc_segment_cases[];
 extern const oc_case oc_nn_cases[];
+extern const oc_case oc_paged_cases[];
 
 #endif
