@@ -246,7 +246,13 @@ CLVARLEN_API clvarlen_status clvarlen_cl_kv_cache_append(
  * are clamped); with checks on, they are validated first and the call blocks
  * to report the error (nothing written). params->max_seqlen_q picks the
  * kernel (see clvarlen_paged_params); a split-KV call uses the context's
- * temporary buffer for the partial results.
+ * temporary buffer for the partial results. On NVIDIA devices of compute
+ * capability 8.0 or later, f16/bf16 with head_dim == head_dim_v <= 128,
+ * 16-byte aligned offsets and strides that are multiples of 8 elements run
+ * on tensor cores (rows of a few queries with the query heads of a KV head
+ * packed into one tile, so each key is read once per KV head); other NVIDIA
+ * f16/bf16 decode calls run a register kernel with shuffles, and every other
+ * case the portable kernels.
  */
 CLVARLEN_API clvarlen_status clvarlen_cl_paged_attention_forward(
     clvarlen_context *context, const clvarlen_paged_params *params, cl_mem q, size_t q_offset,
