@@ -139,18 +139,20 @@ inline float8 cv_load_bf16x8(__global const uchar *p, size_t i)
         for (int c_ = 0; c_ < NCK; c_++) {                                                     \
             const int e_ = lid + c_ * WG_SIZE, j_ = e_ / (HEAD_DIM / 8);                       \
             pk[c_] = (float8)(0.0f);                                                           \
-            if (j_ < n_)                                                                       \
-                pk[c_] = LOAD8(kc + kc_off,                                                    \
-                               (size_t)(cv_paged_row(pt_row, page_size, num_pages, (kb0) + j_) * \
-                                            heads_kv + kvh) * HEAD_DIM + 8 * (e_ % (HEAD_DIM / 8))); \
+            if (j_ < n_) {                                                                     \
+                const long row_ = cv_paged_row(pt_row, page_size, num_pages, (kb0) + j_);      \
+                pk[c_] = LOAD8(kc + kc_off, (size_t)(row_ * heads_kv + kvh) * HEAD_DIM +       \
+                                                8 * (e_ % (HEAD_DIM / 8)));                    \
+            }                                                                                  \
         }                                                                                      \
         for (int c_ = 0; c_ < NCV; c_++) {                                                     \
             const int e_ = lid + c_ * WG_SIZE, j_ = e_ / (HEAD_DIM_V / 8);                     \
             pv[c_] = (float8)(0.0f);                                                           \
-            if (j_ < n_)                                                                       \
-                pv[c_] = LOAD8(vc + vc_off,                                                    \
-                               (size_t)(cv_paged_row(pt_row, page_size, num_pages, (kb0) + j_) * \
-                                            heads_kv + kvh) * HEAD_DIM_V + 8 * (e_ % (HEAD_DIM_V / 8))); \
+            if (j_ < n_) {                                                                     \
+                const long row_ = cv_paged_row(pt_row, page_size, num_pages, (kb0) + j_);      \
+                pv[c_] = LOAD8(vc + vc_off, (size_t)(row_ * heads_kv + kvh) * HEAD_DIM_V +     \
+                                                8 * (e_ % (HEAD_DIM_V / 8)));                  \
+            }                                                                                  \
         }                                                                                      \
     } while (0)
 

@@ -11,8 +11,8 @@
 
 /* The work list: wl[0] = number of items, then items (sequence, first row of
  * the query tile) from wl[2]; a sequence of L queries has L * row_mult rows
- * (row_mult > 1: the query heads of a KV head packed into the tile's rows); after the items, scratch for the per-sequence
- * tile offsets. One work-group of any power-of-two size. Within a sequence the
+ * (row_mult > 1: the query heads of a KV head packed into the tile's rows);
+ * after the items, scratch for the per-sequence tile offsets. One work-group of any power-of-two size. Within a sequence the
  * last tile comes first: under causal masking it is the heaviest, and
  * starting heavy work-groups early shortens the tail. */
 __kernel void attn_worklist(__global const int *cu_base, ulong cu_off, int n_seqs, int total_q,

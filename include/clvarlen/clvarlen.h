@@ -605,7 +605,7 @@ CLVARLEN_API clvarlen_status clvarlen_attention_merge2(clvarlen_context *context
 typedef struct clvarlen_kv_append_params {
     uint32_t struct_size;       /**< set by init; lets later versions append fields */
     clvarlen_dtype dtype;       /**< k and v: f32, f16 or bf16 */
-    clvarlen_dtype cache_dtype; /**< the caches: f32, f16 or bf16 (converted, round to nearest even) */
+    clvarlen_dtype cache_dtype; /**< the caches: f32, f16 or bf16 (rounded to nearest even) */
     int64_t n_tokens;           /**< new tokens, >= 0 */
     int64_t num_pages;          /**< pages in each cache, > 0 */
     int32_t page_size;          /**< tokens per page, >= 1 */
@@ -652,11 +652,11 @@ CLVARLEN_API clvarlen_status clvarlen_kv_cache_append(clvarlen_context *context,
 typedef struct clvarlen_paged_params {
     uint32_t struct_size;      /**< set by init; lets later versions append fields */
     clvarlen_dtype dtype;      /**< q, o and both caches: f32, f16 or bf16 */
-    int64_t n_rows;            /**< B >= 0: rows of the page table, cu_seqlens_q has B + 1 entries */
+    int64_t n_rows;            /**< B >= 0: page-table rows; cu_seqlens_q has B + 1 entries */
     int64_t total_q;           /**< cu_seqlens_q[B] */
     int64_t num_pages;         /**< pages in each cache, > 0 */
     int32_t page_size;         /**< tokens per page, >= 1 (1 is sglang's page_table_1) */
-    int32_t max_pages;         /**< page-table columns, > 0: cache_seqlens[b] <= max_pages * page_size */
+    int32_t max_pages;         /**< page-table columns > 0; cache_seqlens <= max_pages * page_size */
     int64_t page_table_stride; /**< elements between page-table rows (0 = max_pages) */
     int32_t heads_q;           /**< Hq > 0 */
     int32_t heads_kv;          /**< Hk > 0 with Hq % Hk == 0 */
@@ -669,8 +669,9 @@ typedef struct clvarlen_paged_params {
      * each key once for all query heads of a KV head. */
     int32_t max_seqlen_q;
     float scale;               /**< score scale; 0 = 1/sqrt(head_dim); must be finite */
-    int causal;                /**< causal, aligned bottom-right (query i at cache_seqlens - len_q + i) */
-    int32_t window_left, window_right; /**< sliding window as clvarlen_attention_params (-1 = unbounded) */
+    int causal;                /**< causal, bottom-right: query i at cache_seqlens - len_q + i */
+    /** Sliding window as in clvarlen_attention_params (-1 = unbounded). */
+    int32_t window_left, window_right;
     float softcap;             /**< > 0: softcap * tanh(score / softcap); 0 = off */
     /** Key ranges per row (split-KV, flash-decoding), combined by the LSE
      * merge: 0 = automatic (split when rows x KV heads cannot fill the

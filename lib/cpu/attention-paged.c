@@ -16,7 +16,8 @@ void cv_cpu_kv_append(const cv_append_desc *a, const void *k, const void *v,
                       const int64_t *slots, void *k_cache, void *v_cache)
 {
     const size_t ies = cv_dtype_size(a->dtype), ces = cv_dtype_size(a->cache_dtype);
-    const int64_t kw = (int64_t)a->heads_kv * a->head_dim, vw = (int64_t)a->heads_kv * a->head_dim_v;
+    const int64_t kw = (int64_t)a->heads_kv * a->head_dim;
+    const int64_t vw = (int64_t)a->heads_kv * a->head_dim_v;
     for (int64_t t = 0; t < a->n_tokens; t++) {
         const int64_t slot = slots[t];
         if (slot < 0)
@@ -110,9 +111,10 @@ clvarlen_status cv_cpu_paged_forward(clvarlen_context *ctx, const cv_attn_desc *
         sub.max_seqlen_q = 0;
         sub.max_seqlen_k = 0;
         const size_t t0 = (size_t)cu_q[b0];
+        const char *qb = (const char *)q + t0 * (size_t)d->q_stride * es;
         if (sub.total_q > 0)
-            st = cv_cpu_attention_forward(ctx, &sub, (const char *)q + t0 * (size_t)d->q_stride * es,
-                                          kbuf, vbuf, cq, ck, NULL, obuf + t0 * o_row, lse_b);
+            st = cv_cpu_attention_forward(ctx, &sub, qb, kbuf, vbuf, cq, ck, NULL,
+                                          obuf + t0 * o_row, lse_b);
         /* lse of the batch is [Hq, its tokens]: into the call's [Hq, total_q]. */
         if (st == CLVARLEN_SUCCESS && lse && sub.total_q > 0)
             for (int32_t h = 0; h < d->heads_q; h++)
