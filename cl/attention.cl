@@ -100,6 +100,7 @@ void attn_merge(long n_parts, long tokens, int heads, int dv, int dt, int part_d
                 long lse_part_stride, __global uchar *o, ulong o_off, __global float *lse,
                 ulong lse_off, __global const int *flag)
 {
+    __local float wts[CV_ATTN_MERGE_WG / CV_ATTN_MERGE_LANES][CV_ATTN_MERGE_WMAX];
     if (flag && *flag) /* a device check failed earlier in the chain: write nothing */
         return;
     const int lane = get_local_id(0) % CV_ATTN_MERGE_LANES;
@@ -115,6 +116,11 @@ void attn_merge(long n_parts, long tokens, int heads, int dv, int dt, int part_d
     __global const float *lb = lse_b ? CV_CPTR(float, lse_b, lse_b_off) : 0;
     __global uchar *po = o + o_off;
 
+    /* The row's lse over all parts (every lane of the row computes it), and
+     * the weights of its first CV_ATTN_MERGE_WMAX parts in local memory, each
+     * lane writing every CV_ATTN_MERGE_LANES-th (more are recomputed). Every
+     * read of lse happens before the barrier that precedes the first write. */
+    const int rl = get_local_id(0) / CV_ATTN_MERGE_LANES;
     float mx = -INFINITY, sum = 0.0f;
     if (active) {
         for (long p = 0; p < n_parts; p++) {
@@ -129,24 +135,22 @@ void attn_merge(long n_parts, long tokens, int heads, int dv, int dt, int part_d
         }
     }
     const float total = mx > -INFINITY ? mx + log(sum) : -INFINITY;
-    /* Weights of up to 8 parts kept in registers; more are recomputed. */
-    float w[8];
-    for (int p = 0; p < 8; p++) {
+    for (long p = lane; p < CV_ATTN_MERGE_WMAX; p += CV_ATTN_MERGE_LANES) {
         float x = -INFINITY;
         if (active && p < n_parts)
             x = cv_sane_lse((p == 1 && lb) ? lb[li] : la[p * lse_part_stride + li]);
-        w[p] = (x > -INFINITY && total > -INFINITY) ? exp(x - total) : 0.0f;
+        wts[rl][p] = (x > -INFINITY && total > -INFINITY) ? exp(x - total) : 0.0f;
     }
-    barrier(CLK_GLOBAL_MEM_FENCE);
-    if (!active)
-        return;
+    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+    /* Rows past the end write nothing (guarded, not returned from: PoCL 5
+     * let such work-items run on after the barrier and write row 0). */
     const size_t ebase = (size_t)row * (size_t)dv;
-    for (int c = lane; c < dv; c += CV_ATTN_MERGE_LANES) {
+    for (int c = lane; active && c < dv; c += CV_ATTN_MERGE_LANES) {
         float acc = 0.0f;
         for (long p = 0; p < n_parts; p++) {
             float wp;
-            if (p < 8) {
-                wp = w[p];
+            if (p < CV_ATTN_MERGE_WMAX) {
+                wp = wts[rl][p];
             } else {
                 float x = cv_sane_lse(la[p * lse_part_stride + li]);
                 wp = (x > -INFINITY && total > -INFINITY) ? exp(x - total) : 0.0f;
@@ -159,7 +163,7 @@ void attn_merge(long n_parts, long tokens, int heads, int dv, int dt, int part_d
         }
         cv_store_f(po, (size_t)t * o_tok_stride + (size_t)h * dv + c, acc, dt);
     }
-    if (lane == 0 && lse)
+    if (active && lane == 0 && lse)
         CV_PTR(float, lse, lse_off)[li] = total;
 }
 

@@ -83,5 +83,6 @@
 #define CV_ATTN_WORKLIST_MAX_WG 256 /* attn_worklist keeps one partial sum per work-item */
 #define CV_ATTN_MERGE_WG 64         /* attn_merge's required work-group size */
 #define CV_ATTN_MERGE_LANES 16      /* attn_merge: work-items per (token, head) row */
+#define CV_ATTN_MERGE_WMAX 64       /* attn_merge: parts whose weights stay in local memory */
 
 #endif /* CV_SHARED_H */
