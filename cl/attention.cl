@@ -144,9 +144,15 @@ void attn_merge(long n_parts, long tokens, int heads, int dv, int dt, int part_d
     barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
     /* Rows past the end write nothing (guarded, not returned from: PoCL 5
      * let such work-items run on after the barrier and write row 0). */
+    /* Columns in blocks of MCOLS per lane: for each part, the block's loads
+     * are independent (in flight together), so a call of many parts waits
+     * once per part, not once per part and column. */
+#define MCOLS 8
     const size_t ebase = (size_t)row * (size_t)dv;
-    for (int c = lane; active && c < dv; c += CV_ATTN_MERGE_LANES) {
-        float acc = 0.0f;
+    for (int c0 = 0; active && c0 < dv; c0 += MCOLS * CV_ATTN_MERGE_LANES) {
+        float acc[MCOLS];
+        for (int k = 0; k < MCOLS; k++)
+            acc[k] = 0.0f;
         for (long p = 0; p < n_parts; p++) {
             float wp;
             if (p < CV_ATTN_MERGE_WMAX) {
@@ -155,14 +161,23 @@ void attn_merge(long n_parts, long tokens, int heads, int dv, int dt, int part_d
                 float x = cv_sane_lse(la[p * lse_part_stride + li]);
                 wp = (x > -INFINITY && total > -INFINITY) ? exp(x - total) : 0.0f;
             }
-            if (wp != 0.0f) {
-                __global const uchar *part =
-                    (p == 1 && pb) ? pb : pa + (size_t)p * (size_t)part_stride * es;
-                acc += wp * cv_load_f(part, ebase + c, part_dt);
+            if (wp == 0.0f)
+                continue; /* a part that saw no key: its o is not read */
+            __global const uchar *part =
+                (p == 1 && pb) ? pb : pa + (size_t)p * (size_t)part_stride * es;
+            for (int k = 0; k < MCOLS; k++) {
+                const int c = c0 + lane + k * CV_ATTN_MERGE_LANES;
+                if (c < dv)
+                    acc[k] += wp * cv_load_f(part, ebase + c, part_dt);
             }
         }
-        cv_store_f(po, (size_t)t * o_tok_stride + (size_t)h * dv + c, acc, dt);
+        for (int k = 0; k < MCOLS; k++) {
+            const int c = c0 + lane + k * CV_ATTN_MERGE_LANES;
+            if (c < dv)
+                cv_store_f(po, (size_t)t * o_tok_stride + (size_t)h * dv + c, acc[k], dt);
+        }
     }
+#undef MCOLS
     if (active && lane == 0 && lse)
         CV_PTR(float, lse, lse_off)[li] = total;
 }
