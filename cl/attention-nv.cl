@@ -121,9 +121,11 @@
  * speculative verify, where a sequence has a few queries); with n_splits > 1
  * split sp sees only keys [sp * chunk, (sp + 1) * chunk) of the sequence and
  * writes f32 partials that attn_merge combines (part: o [n_splits, total_q,
- * heads_q, HEAD_DIM], then lse [n_splits, heads_q, total_q]). */
+ * heads_q, HEAD_DIM], then lse [n_splits, heads_q, total_q]). With
+ * one_tile > 0 (= the number of sequences) each sequence is one tile and the
+ * work list is not read. */
 #ifdef CV_GQA_PACK
-#define CV_PACK_ARGS , __global float *part_base, ulong part_off, int n_splits
+#define CV_PACK_ARGS , __global float *part_base, ulong part_off, int n_splits, int one_tile
 #define QIDX(R) ((R) / group)                           /* the query of tile row R */
 #define QHEAD(R) (kvh * group + (R) % group)            /* its query head */
 #define ROWS_PER_Q group
@@ -165,12 +167,18 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
 #ifdef CV_GQA_PACK
     const int heads_kv = heads_q / group, sp = (int)(grp % n_splits);
     const int item = (int)(grp / n_splits / heads_kv), kvh = (int)((grp / n_splits) % heads_kv);
+    /* one_tile > 0: every sequence fits one tile (the host's bound on its
+     * queries), item s is sequence s and no work list was built. */
+    if (item >= (one_tile > 0 ? one_tile : wl[0]))
+        return;
+    const int seq = one_tile > 0 ? item : wl[2 + 2 * item];
+    const int row0 = one_tile > 0 ? 0 : wl[3 + 2 * item];
 #else
     const int item = (int)(grp / heads_q), h = (int)(grp % heads_q);
-#endif
     if (item >= wl[0])
         return;
     const int seq = wl[2 + 2 * item], row0 = wl[3 + 2 * item];
+#endif
     __global const int *cu_q = CV_CPTR(int, cu_q_base, cu_q_off);
     __global const int *cu_k = CV_CPTR(int, cu_k_base, cu_k_off);
     const int q0 = clamp(cu_q[seq], 0, total_q), q1 = clamp(cu_q[seq + 1], q0, total_q);

@@ -56,10 +56,11 @@ __kernel void kv_append(long n_tokens, int heads, int dk, int dv, int in_dt, int
 }
 
 /* The device check of a paged call: for each row b, len_q <= cache_seqlens[b]
- * <= capacity (else CV_CHECK_VALUE) and every used page-table entry in
- * [0, num_pages) (else CV_CHECK_INDEX). One work-group per row. Run after
- * the cu_seqlens_q check; a bad cu_seqlens_q is clamped here. */
-__kernel void check_paged(__global const int *cu_base, ulong cu_off, long total_q,
+ * <= capacity and len_q <= max_q when max_q > 0 (else CV_CHECK_VALUE), and
+ * every used page-table entry in [0, num_pages) (else CV_CHECK_INDEX). One
+ * work-group per row. Run after the cu_seqlens_q check; a bad cu_seqlens_q
+ * is clamped here. */
+__kernel void check_paged(__global const int *cu_base, ulong cu_off, long total_q, int max_q,
                           __global const int *cs_base, ulong cs_off,
                           __global const int *pt_base, ulong pt_off, long pt_stride,
                           int page_size, int num_pages, int capacity, __global int *flag)
@@ -68,7 +69,7 @@ __kernel void check_paged(__global const int *cu_base, ulong cu_off, long total_
     __global const int *cu = CV_CPTR(int, cu_base, cu_off);
     const long lq = clamp((long)cu[b + 1], 0L, total_q) - clamp((long)cu[b], 0L, total_q);
     const int cs = CV_CPTR(int, cs_base, cs_off)[b];
-    if (cs < lq || cs > capacity) {
+    if (cs < lq || cs > capacity || (max_q > 0 && lq > max_q)) {
         if (get_local_id(0) == 0)
             cv_flag(flag, CV_CHECK_VALUE);
         return;

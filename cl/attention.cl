@@ -12,8 +12,9 @@
 /* The work list: wl[0] = number of items, then items (sequence, first row of
  * the query tile) from wl[2]; a sequence of L queries has L * row_mult rows
  * (row_mult > 1: the query heads of a KV head packed into the tile's rows);
- * after the items, scratch for the per-sequence tile offsets. One work-group of any power-of-two size. Within a sequence the
- * last tile comes first: under causal masking it is the heaviest, and
+ * after the items, scratch for the per-sequence tile offsets. One
+ * work-group of any power-of-two size. Within a sequence the last tile
+ * comes first: under causal masking it is the heaviest, and
  * starting heavy work-groups early shortens the tail. */
 __kernel void attn_worklist(__global const int *cu_base, ulong cu_off, int n_seqs, int total_q,
                             int row_mult, int block_m, int capacity, __global int *wl,
@@ -85,8 +86,8 @@ inline float cv_sane_lse(float x)
 }
 
 /* Merge of partial results: CV_ATTN_MERGE_LANES (16) lanes per (token, head)
- * row, 4 rows per CV_ATTN_MERGE_WG-wide (64) work-group. Part p of o is at o_a + p * part_stride (elements)
- * unless o_b is given (two-way: part 1 is o_b, lse_b). Parts are of dtype
+ * row, 4 rows per CV_ATTN_MERGE_WG-wide (64) work-group. Part p of o is at
+ * o_a + p * part_stride (elements) unless o_b is given (two-way: part 1 is o_b, lse_b). Parts are of dtype
  * part_dt (f32 partials of the paged kernel), o of dt, its tokens
  * o_tok_stride elements apart. Every read of a row's
  * lse happens before the barrier and every write after it, so the merge may
@@ -144,32 +145,44 @@ void attn_merge(long n_parts, long tokens, int heads, int dv, int dt, int part_d
     barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
     /* Rows past the end write nothing (guarded, not returned from: PoCL 5
      * let such work-items run on after the barrier and write row 0). */
-    /* Columns in blocks of MCOLS per lane: for each part, the block's loads
-     * are independent (in flight together), so a call of many parts waits
-     * once per part, not once per part and column. */
+    /* Columns in blocks of MCOLS per lane, parts MPARTS at a time: the loads
+     * of a block are independent (in flight together), so a call of many
+     * parts waits once per MPARTS parts, not once per part and column. */
 #define MCOLS 8
+#define MPARTS 4
     const size_t ebase = (size_t)row * (size_t)dv;
     for (int c0 = 0; active && c0 < dv; c0 += MCOLS * CV_ATTN_MERGE_LANES) {
         float acc[MCOLS];
         for (int k = 0; k < MCOLS; k++)
             acc[k] = 0.0f;
-        for (long p = 0; p < n_parts; p++) {
-            float wp;
-            if (p < CV_ATTN_MERGE_WMAX) {
-                wp = wts[rl][p];
-            } else {
-                float x = cv_sane_lse(la[p * lse_part_stride + li]);
-                wp = (x > -INFINITY && total > -INFINITY) ? exp(x - total) : 0.0f;
+        for (long p0 = 0; p0 < n_parts; p0 += MPARTS) { /* MPARTS parts' loads at once */
+            float wp[MPARTS];
+            for (int u = 0; u < MPARTS; u++) {
+                const long p = p0 + u;
+                wp[u] = 0.0f;
+                if (p < n_parts && p < CV_ATTN_MERGE_WMAX) {
+                    wp[u] = wts[rl][p];
+                } else if (p < n_parts) {
+                    float x = cv_sane_lse(la[p * lse_part_stride + li]);
+                    wp[u] = (x > -INFINITY && total > -INFINITY) ? exp(x - total) : 0.0f;
+                }
             }
-            if (wp == 0.0f)
-                continue; /* a part that saw no key: its o is not read */
-            __global const uchar *part =
-                (p == 1 && pb) ? pb : pa + (size_t)p * (size_t)part_stride * es;
-            for (int k = 0; k < MCOLS; k++) {
-                const int c = c0 + lane + k * CV_ATTN_MERGE_LANES;
-                if (c < dv)
-                    acc[k] += wp * cv_load_f(part, ebase + c, part_dt);
+            float v[MPARTS][MCOLS];
+            for (int u = 0; u < MPARTS; u++) {
+                const long p = p0 + u;
+                const size_t pi = (size_t)min(p, n_parts - 1); /* in range, read or not */
+                __global const uchar *part =
+                    (p == 1 && pb) ? pb : pa + pi * (size_t)part_stride * es;
+                for (int k = 0; k < MCOLS; k++) {
+                    const int c = c0 + lane + k * CV_ATTN_MERGE_LANES;
+                    /* a part that saw no key (weight 0): its o is not read */
+                    v[u][k] = wp[u] != 0.0f && c < dv ? cv_load_f(part, ebase + c, part_dt)
+                                                      : 0.0f;
+                }
             }
+            for (int u = 0; u < MPARTS; u++)
+                for (int k = 0; k < MCOLS; k++)
+                    acc[k] += wp[u] * v[u][k];
         }
         for (int k = 0; k < MCOLS; k++) {
             const int c = c0 + lane + k * CV_ATTN_MERGE_LANES;
@@ -178,6 +191,7 @@ void attn_merge(long n_parts, long tokens, int heads, int dv, int dt, int part_d
         }
     }
 #undef MCOLS
+#undef MPARTS
     if (active && lane == 0 && lse)
         CV_PTR(float, lse, lse_off)[li] = total;
 }

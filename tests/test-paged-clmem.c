@@ -282,6 +282,19 @@ static void cl_bad_inputs(clvarlen_context *ctx, int checked)
             }
         }
         p.num_splits = 0;
+        /* a row longer than max_seqlen_q (the bound the kernel choice trusts) */
+        int32_t max_lq = 0;
+        for (int64_t i = 0; i < b.n; i++)
+            max_lq = b.lq[i] > max_lq ? b.lq[i] : max_lq;
+        if (max_lq > 1) {
+            clvarlen_paged_params short_max = p;
+            short_max.max_seqlen_q = max_lq - 1;
+            clvarlen_status st = pdev_forward(ctx, &short_max, &d, d.cu.mem, d.pt.mem, d.cs.mem, 0);
+            ck_assert_msg(st == CLVARLEN_ERROR_INVALID_ARGUMENT, "checked max_seqlen_q short: %s",
+                          clvarlen_status_name(st));
+            tu_clbuf_untouched(ctx, &d.o, "max_seqlen_q short");
+            tu_clbuf_untouched(ctx, &d.lse, "max_seqlen_q short");
+        }
     } else {
         /* unspecified values, but the call completes and stays inside o and lse */
         ck_assert_int_eq(pdev_forward(ctx, &p, &d, d.cu.mem, bad_pt.mem, d.cs.mem, 0),

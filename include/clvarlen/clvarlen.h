@@ -664,9 +664,11 @@ typedef struct clvarlen_paged_params {
     int32_t head_dim_v;        /**< Dv of v and o, same rule (0: head_dim) */
     int64_t q_stride, o_stride; /**< token strides in elements (0 = contiguous) */
     /** Host-known upper bound of the per-row query counts (0 = unknown). The
-     * host-memory entry point checks it; on the device it picks the kernel:
-     * rows of at most a few queries (decode, verify) run a kernel that reads
-     * each key once for all query heads of a KV head. */
+     * host-memory entry point checks it, as the cl_mem one does with device
+     * checks on (without them a longer row gives unspecified values); on
+     * the device it picks the kernel: rows of at most a few queries (decode,
+     * verify) run a kernel that reads each key once for all query heads of a
+     * KV head. */
     int32_t max_seqlen_q;
     float scale;               /**< score scale; 0 = 1/sqrt(head_dim); must be finite */
     int causal;                /**< causal, bottom-right: query i at cache_seqlens - len_q + i */

@@ -260,10 +260,11 @@ static cl_int forward_args(cl_kernel kernel, const cv_attn_desc *d, const cv_att
     }
     if (pack) { /* CV_PACK_ARGS of cl/attention-nv.cl: the partials follow the work list */
         cl_ulong poff = part_off;
-        cl_int n_splits = pack->splits;
+        cl_int n_splits = pack->splits, one_tile = pack->one_tile ? (cl_int)d->n_seqs : 0;
         CV_ARG(a, wl);
         CV_ARG(a, poff);
         CV_ARG(a, n_splits);
+        CV_ARG(a, one_tile);
     }
     return a.err;
 }
@@ -279,9 +280,12 @@ clvarlen_status cv_attn_cl_forward(cv_chain *c, const char *fn, const cv_attn_de
     const int splits = pack ? pack->splits : 1;
     const int64_t units = pack ? d->heads_kv : d->heads_q; /* work-groups per tile */
 
-    /* Tiles: sum ceil(L_s R / BM) <= (Tq R + N (BM - 1)) / BM, R rows per query. */
+    /* Tiles: sum ceil(L_s R / BM) <= (Tq R + N (BM - 1)) / BM, R rows per query;
+     * one per sequence when each fits a tile. */
+    const bool one_tile = pack && pack->one_tile;
     int64_t capacity =
-        (d->total_q * cfg.row_mult + d->n_seqs * (cfg.block_m - 1)) / cfg.block_m;
+        one_tile ? d->n_seqs
+                 : (d->total_q * cfg.row_mult + d->n_seqs * (cfg.block_m - 1)) / cfg.block_m;
     int64_t wl_ints = 2 + 2 * capacity + d->n_seqs + 1;
     if (wl_ints > INT32_MAX || capacity * units * splits > ((int64_t)1 << 40))
         return cv_error(ctx, CLVARLEN_ERROR_OVERFLOW, "%s: %lld query tiles are too many", fn,
@@ -305,14 +309,16 @@ clvarlen_status cv_attn_cl_forward(cv_chain *c, const char *fn, const cv_attn_de
     if ((st = cv_temp(ctx, part_off + (size_t)part_bytes, &wl)) != CLVARLEN_SUCCESS)
         return st;
 
-    cl_int err = worklist_args(build, d, m, &cfg, capacity, wl, c->flag);
-    if (err != CL_SUCCESS)
-        return cv_cl_check(ctx, err, "clSetKernelArg(attn_worklist)");
-    size_t bwg = ctx->tuning.scan_wg ? ctx->tuning.scan_wg : 64;
-    if (bwg > CV_ATTN_WORKLIST_MAX_WG)
-        bwg = CV_ATTN_WORKLIST_MAX_WG;
-    if ((st = cv_chain_run(c, build, "attn_worklist", 1, &bwg, &bwg)) != CLVARLEN_SUCCESS)
-        return st;
+    cl_int err = CL_SUCCESS;
+    if (!one_tile) {
+        if ((err = worklist_args(build, d, m, &cfg, capacity, wl, c->flag)) != CL_SUCCESS)
+            return cv_cl_check(ctx, err, "clSetKernelArg(attn_worklist)");
+        size_t bwg = ctx->tuning.scan_wg ? ctx->tuning.scan_wg : 64;
+        if (bwg > CV_ATTN_WORKLIST_MAX_WG)
+            bwg = CV_ATTN_WORKLIST_MAX_WG;
+        if ((st = cv_chain_run(c, build, "attn_worklist", 1, &bwg, &bwg)) != CLVARLEN_SUCCESS)
+            return st;
+    }
 
     if ((err = forward_args(attn, d, m, wl, c->flag, pack, part_off)) != CL_SUCCESS)
         return cv_cl_check(ctx, err, "clSetKernelArg(attention)");

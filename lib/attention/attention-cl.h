@@ -44,6 +44,7 @@ typedef struct cv_attn_merge_mem {
  * split into `splits` ranges merged by attn_merge. */
 typedef struct cv_attn_pack {
     int block_m, block_n, splits;
+    bool one_tile; /* every sequence fits one tile: no work list */
 } cv_attn_pack;
 
 /** Whether the forward runs the tensor-core kernel (device, dtype, dims and alignment,

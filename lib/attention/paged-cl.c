@@ -80,11 +80,12 @@ clvarlen_status cv_paged_cl_check(cv_chain *c, const cv_attn_desc *d, const cv_a
     cl_long total_q = d->total_q, pt_stride = d->pt_stride;
     cl_ulong cu_off = m->cu_q_off, cs_off = m->cu_k_off, pt_off = m->pt_off;
     cl_int page_size = d->page_size, num_pages = (cl_int)d->num_pages;
-    cl_int capacity = (cl_int)d->total_k;
+    cl_int capacity = (cl_int)d->total_k, max_q = d->max_seqlen_q;
     cv_args g = cv_args_begin(kernel);
     CV_ARG(g, m->cu_q);
     CV_ARG(g, cu_off);
     CV_ARG(g, total_q);
+    CV_ARG(g, max_q);
     CV_ARG(g, m->cu_k);
     CV_ARG(g, cs_off);
     CV_ARG(g, m->pt);
@@ -303,9 +304,11 @@ clvarlen_status cv_paged_cl_forward(cv_chain *c, const char *fn, const cv_attn_d
         const int64_t group = d->heads_q / d->heads_kv;
         const int64_t rows = d->max_seqlen_q > 0 ? (int64_t)d->max_seqlen_q * group : 64;
         int bn = (int)cv_pow2_floor(tuning_knob("pbn", 64));
-        const cv_attn_pack pack = {.block_m = decode && rows <= 16 ? 16 : 64,
+        const int bm = decode && rows <= 16 ? 16 : 64;
+        const cv_attn_pack pack = {.block_m = bm,
                                    .block_n = bn < 16 ? 16 : bn > 64 ? 64 : bn,
-                                   .splits = decode ? choose_splits(ctx, d) : 1};
+                                   .splits = decode ? choose_splits(ctx, d) : 1,
+                                   .one_tile = d->max_seqlen_q > 0 && rows <= bm};
         return cv_attn_cl_forward(c, fn, d, m, &pack);
     }
     if (!decode)
