@@ -179,6 +179,13 @@ static clvarlen_status choose_cfg(clvarlen_context *ctx, const char *fn, const c
     if (st == CLVARLEN_SUCCESS && d->page_size > 0) {
         size_t len = strlen(cfg->options);
         snprintf(cfg->options + len, sizeof cfg->options - len, " -DCV_PAGED=1");
+        if ((d->page_size & (d->page_size - 1)) == 0) { /* shifts for power-of-two pages */
+            int shift = 0;
+            while ((1 << shift) < d->page_size)
+                shift++;
+            len = strlen(cfg->options);
+            snprintf(cfg->options + len, sizeof cfg->options - len, " -DCV_PAGE_SHIFT=%d", shift);
+        }
     }
     return st;
 }
