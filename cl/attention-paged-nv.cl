@@ -62,21 +62,6 @@ inline float8 raw8_to_float(uint4 w)
 #define STORE_ACT(p, i, x) (((__global ushort *)(p))[i] = cv_float_to_bf16(x))
 #endif
 
-/* The keys [x, y] query i of the row sees within the split [s0, s1). */
-inline int2 nv_row_range(int i, int lq, int lk, int s0, int s1, int causal, int window_left,
-                         int window_right)
-{
-    const long pos = (long)i + lk - lq;
-    long a = s0, c = (long)s1 - 1;
-    if (window_left >= 0)
-        a = max(a, pos - window_left);
-    if (causal)
-        c = min(c, pos);
-    if (window_right >= 0)
-        c = min(c, pos + window_right);
-    return (int2)((int)min(a, (long)lk), (int)max(c, -1L));
-}
-
 /* The cache row of key `key` (64-bit: may run past int), or -1 past kmax. */
 inline long key_row(__global const int *pt_row, int page_size, int num_pages, long key, int kmax)
 {
@@ -106,18 +91,12 @@ void attn_paged_nv(__global const uchar *q, ulong q_off, long q_stride,
         return;
     const int lid = get_local_id(0);
     const int ks = lid / G, dc = lid % G;
-    const long grp = get_group_id(0);
-    const int sp = (int)(grp % n_splits);
-    const int kvh = (int)((grp / n_splits) % heads_kv);
-    const int b = (int)(grp / n_splits / heads_kv);
-    const int group = heads_q / heads_kv;
-    __global const int *cu_q = CV_CPTR(int, cu_q_base, cu_q_off);
-    const int q0 = clamp(cu_q[b], 0, total_q), q1 = clamp(cu_q[b + 1], q0, total_q);
-    const int lq = q1 - q0;
-    const int lk = clamp(CV_CPTR(int, cs_base, cs_off)[b], 0, capacity);
-    __global const int *pt_row = CV_CPTR(int, pt_base, pt_off) + (long)b * pt_stride;
-    const int chunk = (lk + n_splits - 1) / n_splits;
-    const int s0 = sp * chunk, s1 = min(lk, s0 + chunk);
+    const cv_paged_item it =
+        cv_paged_decode_item(get_group_id(0), n_splits, heads_kv, CV_CPTR(int, cu_q_base, cu_q_off),
+                             total_q, CV_CPTR(int, cs_base, cs_off), capacity);
+    const int sp = it.sp, kvh = it.kvh, q0 = it.q0, lq = it.lq, lk = it.lk;
+    const int s0 = it.s0, s1 = it.s1, group = heads_q / heads_kv;
+    __global const int *pt_row = CV_CPTR(int, pt_base, pt_off) + (long)it.b * pt_stride;
     const float qscale = softcap > 0.0f ? scale : scale_log2;
     const int nrows_all = lq * group;
     /* This work-item's 8 dimensions of the KV head's rows. */
@@ -137,7 +116,7 @@ void attn_paged_nv(__global const uchar *q, ulong q_off, long q_stride,
             qr[r] = (float8)(0.0f);
             if (r < nrows) {
                 const int i = (rb + r) / group, h = kvh * group + (rb + r) % group;
-                v = nv_row_range(i, lq, lk, s0, s1, causal, window_left, window_right);
+                v = cv_paged_row_range(i, lq, lk, s0, s1, causal, window_left, window_right);
                 qr[r] = raw8_to_float(load_raw8(q + q_off, (size_t)(q0 + i) * q_stride +
                                                                (size_t)h * HEAD_DIM + 8 * dc)) *
                         qscale;

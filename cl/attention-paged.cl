@@ -163,22 +163,6 @@ inline void cv_store8(__local float *d, float8 x)
     d[4] = x.s4; d[5] = x.s5; d[6] = x.s6; d[7] = x.s7;
 }
 
-/* The keys [x, y] (empty when x > y) that query i of a row with lq queries
- * and lk keys sees within the split [s0, s1) (SPEC 1.1: position lk - lq + i). */
-inline int2 row_range(int i, int lq, int lk, int s0, int s1, int causal, int window_left,
-                      int window_right)
-{
-    const long pos = (long)i + lk - lq;
-    long a = s0, c = (long)s1 - 1;
-    if (window_left >= 0)
-        a = max(a, pos - window_left);
-    if (causal)
-        c = min(c, pos);
-    if (window_right >= 0)
-        c = min(c, pos + window_right);
-    return (int2)((int)min(a, (long)lk), (int)max(c, -1L));
-}
-
 /* One work-group per (row b, KV head, split): the row's queries times the
  * group's query heads are packed into passes of PR rows that share each K/V
  * tile read (GQA: a key is loaded once for all query heads of its KV head).
@@ -210,18 +194,12 @@ void attn_paged(__global const uchar *q, ulong q_off, long q_stride,
         return;
     const int lid = get_local_id(0);
     const int col = lid % HEAD_DIM_V, rg = lid / HEAD_DIM_V;
-    const long grp = get_group_id(0);
-    const int sp = (int)(grp % n_splits);
-    const int kvh = (int)((grp / n_splits) % heads_kv);
-    const int b = (int)(grp / n_splits / heads_kv);
-    const int group = heads_q / heads_kv;
-    __global const int *cu_q = CV_CPTR(int, cu_q_base, cu_q_off);
-    const int q0 = clamp(cu_q[b], 0, total_q), q1 = clamp(cu_q[b + 1], q0, total_q);
-    const int lq = q1 - q0;
-    const int lk = clamp(CV_CPTR(int, cs_base, cs_off)[b], 0, capacity);
-    __global const int *pt_row = CV_CPTR(int, pt_base, pt_off) + (long)b * pt_stride;
-    const int chunk = (lk + n_splits - 1) / n_splits;
-    const int s0 = sp * chunk, s1 = min(lk, s0 + chunk);
+    const cv_paged_item it =
+        cv_paged_decode_item(get_group_id(0), n_splits, heads_kv, CV_CPTR(int, cu_q_base, cu_q_off),
+                             total_q, CV_CPTR(int, cs_base, cs_off), capacity);
+    const int sp = it.sp, kvh = it.kvh, q0 = it.q0, lq = it.lq, lk = it.lk;
+    const int s0 = it.s0, s1 = it.s1, group = heads_q / heads_kv;
+    __global const int *pt_row = CV_CPTR(int, pt_base, pt_off) + (long)it.b * pt_stride;
     const float qscale = softcap > 0.0f ? scale : scale_log2;
     const int nrows_all = lq * group;
 
@@ -243,16 +221,16 @@ void attn_paged(__global const uchar *q, ulong q_off, long q_stride,
          * out by every work-item (PR rows of arithmetic), no local atomics. */
         int kmin = INT_MAX, kmax = -1;
         for (int r = 0; r < nrows; r++) {
-            const int2 v = row_range((rb + r) / group, lq, lk, s0, s1, causal, window_left,
-                                     window_right);
+            const int2 v = cv_paged_row_range((rb + r) / group, lq, lk, s0, s1, causal,
+                                              window_left, window_right);
             if (v.x <= v.y) {
                 kmin = min(kmin, v.x);
                 kmax = max(kmax, v.y);
             }
         }
         if (lid < PR) {
-            const int2 v = lid < nrows ? row_range((rb + lid) / group, lq, lk, s0, s1, causal,
-                                                   window_left, window_right)
+            const int2 v = lid < nrows ? cv_paged_row_range((rb + lid) / group, lq, lk, s0, s1,
+                                                            causal, window_left, window_right)
                                        : (int2)(1, 0);
             Lo[lid] = v.x;
             Hi[lid] = v.y;

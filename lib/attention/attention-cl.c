@@ -333,9 +333,16 @@ clvarlen_status cv_attn_cl_forward(cv_chain *c, const char *fn, const cv_attn_de
     size_t global = (size_t)capacity * (size_t)units * (size_t)splits * local;
     if ((st = cv_chain_run(c, attn, name, 1, &global, &local)) != CLVARLEN_SUCCESS || splits == 1)
         return st;
+    return cv_attn_cl_merge_splits(c, d, m, wl, part_off, splits);
+}
+
+clvarlen_status cv_attn_cl_merge_splits(cv_chain *c, const cv_attn_desc *d, const cv_attn_mem *m,
+                                        cl_mem part, size_t part_off, int splits)
+{
+    const uint64_t rows = (uint64_t)d->total_q * (uint64_t)d->heads_q * (uint64_t)splits;
     const cv_attn_merge_mem mm = {
-        .o_a = wl, .o_a_off = part_off,
-        .lse_a = wl, .lse_a_off = part_off + (size_t)(part_rows * (uint64_t)d->head_dim_v * 4),
+        .o_a = part, .o_a_off = part_off,
+        .lse_a = part, .lse_a_off = part_off + (size_t)(rows * (uint64_t)d->head_dim_v * 4),
         .o = m->o, .o_off = m->o_off,
         .lse = m->lse, .lse_off = m->lse_off,
     };

@@ -71,6 +71,11 @@ clvarlen_status cv_attn_cl_merge(cv_chain *c, clvarlen_dtype dtype, clvarlen_dty
                                  int64_t o_tok_stride, int64_t n_parts, int64_t tokens,
                                  int32_t heads, int32_t dv, const cv_attn_merge_mem *m);
 
+/** The merge of a split call's f32 partials, at byte part_off of `part`: o [splits, total_q,
+ * heads_q, head_dim_v], then lse [splits, heads_q, total_q]; into m->o and m->lse. */
+clvarlen_status cv_attn_cl_merge_splits(cv_chain *c, const cv_attn_desc *d, const cv_attn_mem *m,
+                                        cl_mem part, size_t part_off, int splits);
+
 /** The host-memory merge on an OpenCL context (o_b NULL: N-way from o_a, lse_a). */
 clvarlen_status cv_attn_cl_merge_host(clvarlen_context *ctx, const char *fn, clvarlen_dtype dtype,
                                       int64_t n_parts, int64_t tokens, int32_t heads, int32_t dv,

@@ -337,14 +337,7 @@ clvarlen_status cv_paged_cl_forward(cv_chain *c, const char *fn, const cv_attn_d
     if ((st = cv_chain_run(c, kernel, name, 1, &global, &local)) != CLVARLEN_SUCCESS ||
         cfg.splits == 1)
         return st;
-    const cv_attn_merge_mem mm = {
-        .o_a = part, .o_a_off = 0,
-        .lse_a = part, .lse_a_off = (size_t)(rows * (uint64_t)d->head_dim_v * 4),
-        .o = m->o, .o_off = m->o_off,
-        .lse = m->lse, .lse_off = m->lse_off,
-    };
-    return cv_attn_cl_merge(c, d->dtype, CLVARLEN_DTYPE_F32, d->o_stride, cfg.splits,
-                            d->total_q, d->heads_q, d->head_dim_v, &mm);
+    return cv_attn_cl_merge_splits(c, d, m, part, 0, cfg.splits);
 }
 
 #endif /* CLVARLEN_HAVE_OPENCL */
