@@ -164,7 +164,8 @@ static void bench_fill(void *p, clvarlen_dtype dt, size_t n, uint64_t seed)
     }
 }
 
-/* A random permutation of [0, n). */
+/* A random permutation of [0, n); the identity with CLVARLEN_BENCH_PAGES=ordered
+ * (pages in cache order, to separate the cost of scattered pages from the rest). */
 static int32_t *bench_perm(int64_t n, uint64_t seed)
 {
     int32_t *perm = malloc((size_t)n * 4);
@@ -172,6 +173,9 @@ static int32_t *bench_perm(int64_t n, uint64_t seed)
         return NULL;
     for (int64_t i = 0; i < n; i++)
         perm[i] = (int32_t)i;
+    const char *order = getenv("CLVARLEN_BENCH_PAGES");
+    if (order && strcmp(order, "ordered") == 0)
+        return perm;
     for (int64_t i = n - 1; i > 0; i--) {
         int64_t k = ct_rng_int(&seed, 0, i);
         int32_t t = perm[i];
