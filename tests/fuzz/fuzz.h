@@ -158,6 +158,8 @@ extern const fz_op fz_compute_ops[];
 extern const int fz_n_compute_ops;
 extern const fz_op fz_gdn_ops[];
 extern const int fz_n_gdn_ops;
+extern const fz_op fz_paged_ops[];
+extern const int fz_n_paged_ops;
 
 /** Sentinel status an op returns when it made no call (skipped or not applicable). */
 #define FZ_NOT_CALLED ((clvarlen_status)-1)
