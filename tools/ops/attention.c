@@ -21,6 +21,7 @@
  */
 #include "config.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -496,6 +497,17 @@ static void release_run(bench_run *r)
 }
 #endif
 
+/* fopen for CLVARLEN_BENCH_DUMP; a file that cannot be written is reported
+ * (a missing directory would otherwise leave the dump silently empty). */
+static FILE *dump_open(const char *path, const char *mode)
+{
+    FILE *f = fopen(path, mode);
+    if (!f)
+        fprintf(stderr, "clvarlen-test: CLVARLEN_BENCH_DUMP: cannot write %s: %s\n", path,
+                strerror(errno));
+    return f;
+}
+
 static void dump_case(const bench_shape *s, const bench_run *r, const int32_t *cu, size_t ob,
                       uint64_t seed, double seconds, double tflops)
 {
@@ -504,19 +516,19 @@ static void dump_case(const bench_shape *s, const bench_run *r, const int32_t *c
         return;
     char path[1024];
     snprintf(path, sizeof path, "%s/%s.cu", dir, s->name);
-    FILE *f = fopen(path, "wb");
+    FILE *f = dump_open(path, "wb");
     if (f) {
         fwrite(cu, 4, (size_t)s->n_seqs + 1, f);
         fclose(f);
     }
     snprintf(path, sizeof path, "%s/%s.o", dir, s->name);
-    f = fopen(path, "wb");
+    f = dump_open(path, "wb");
     if (f) {
         fwrite(r->o, 1, ob, f);
         fclose(f);
     }
     snprintf(path, sizeof path, "%s/index.txt", dir);
-    f = fopen(path, "a");
+    f = dump_open(path, "a");
     if (f) {
         fprintf(f, "%s %d %d %d %d %d %d %llu %.3f %.2f\n", s->name, (int)s->n_seqs,
                 (int)s->total, (int)s->hq, (int)s->hk, (int)s->d, s->causal,
