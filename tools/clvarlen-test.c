@@ -40,7 +40,8 @@ static void print_help(void)
         "                     platform, vendor or device name (default: CLVARLEN_DEVICE,\n"
         "                     else discrete GPU, integrated GPU, OpenCL CPU, CPU fallback)\n"
         "  --op NAME          only ops whose name starts with NAME, or of family NAME\n"
-        "                     (segment, attention, gated-delta)\n"
+        "                     (segment, attention, gated-delta; short: seg, attn, gdn)\n"
+        "  --list-ops         the ops, their families and commands\n"
         "  --json             one JSON document on stdout\n"
         "  --quick            check: fewer, smaller cases; bench: fewer timed runs\n"
         "  --seed S           random seed of the check data (default %u)\n"
@@ -89,6 +90,10 @@ int main(int argc, char **argv)
         }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             print_help();
+            return EXIT_PASS;
+        }
+        if (!strcmp(a, "--list-ops")) {
+            ct_print_ops(stdout);
             return EXIT_PASS;
         }
         if (!strcmp(a, "-V") || !strcmp(a, "--version")) {

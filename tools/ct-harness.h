@@ -4,6 +4,7 @@
 #ifndef CLVARLEN_TEST_HARNESS_H
 #define CLVARLEN_TEST_HARNESS_H
 
+#include <stdio.h>
 #include <stddef.h>
 
 #include <clvarlen/clvarlen.h>
@@ -17,6 +18,8 @@ enum { EXIT_PASS = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_DEVICE = 3 };
 /* The op table (ct-ops.c). */
 const ct_op *ct_ops(size_t *count);
 int ct_op_matches(const char *filter, const ct_op *op);
+/** The op table as --list-ops prints it (names, families, commands, --op's short forms). */
+void ct_print_ops(FILE *out);
 /* Ops that match filter and have a check (for_bench 0) or a bench (1). */
 size_t ct_count_ops(const char *filter, int for_bench);
 

@@ -7,6 +7,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "ct-harness.h"
@@ -49,14 +50,41 @@ const ct_op *ct_ops(size_t *count)
     return ops;
 }
 
-/* --op NAME: a prefix of the op's name, or the family's name. */
+/* Short forms --op accepts for a family (--list-ops prints them). */
+static const struct {
+    const char *alias, *family;
+} aliases[] = {
+    {"seg", "segment"},
+    {"attn", "attention"},
+    {"gdn", "gated-delta"},
+};
+
+/* --op NAME: a prefix of the op's name, the family's name, or a family's short form. */
 int ct_op_matches(const char *filter, const ct_op *op)
 {
     if (!filter || !*filter)
         return 1;
+    for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
+        if (strcmp(filter, aliases[i].alias) == 0)
+            filter = aliases[i].family;
     if (strncmp(op->name, filter, strlen(filter)) == 0)
         return 1;
     return strcmp(op->family, filter) == 0;
+}
+
+void ct_print_ops(FILE *out)
+{
+    size_t n;
+    const ct_op *all = ct_ops(&n);
+    fprintf(out, "%-24s %-12s %s\n", "op", "family", "commands");
+    for (size_t i = 0; i < n; i++)
+        fprintf(out, "%-24s %-12s %s%s%s\n", all[i].name, all[i].family,
+                all[i].check ? "check" : "", all[i].check && all[i].bench ? ", " : "",
+                all[i].bench ? "bench" : "");
+    fprintf(out, "\n--op takes a prefix of an op's name, a family, or a family's short form:");
+    for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
+        fprintf(out, " %s = %s%s", aliases[i].alias, aliases[i].family,
+                i + 1 < sizeof aliases / sizeof aliases[0] ? "," : "\n");
 }
 
 size_t ct_count_ops(const char *filter, int for_bench)
