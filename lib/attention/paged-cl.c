@@ -204,9 +204,11 @@ static clvarlen_status decode_cfg(clvarlen_context *ctx, const char *fn, const c
         cfg->wg = (int)cv_pow2_floor(tuning_knob("wg", 64));
         if (cfg->wg < 32 || cfg->wg < dk / 8)
             cfg->wg = dk / 8 > 64 ? dk / 8 : 64;
+        int unr = tuning_knob("unr", 4);
+        unr = unr < 1 ? 1 : unr > 8 ? 8 : unr;
         snprintf(cfg->options, sizeof cfg->options,
                  "-DCV_PAGED=1 -DCV_DTYPE=%d -DHEAD_DIM=%d -DPR=%d -DUNR=%d -DWG_SIZE=%d%s",
-                 cv_dtype_kernel_code(d->dtype), dk, cfg->pr, tuning_knob("unr", 4), cfg->wg,
+                 cv_dtype_kernel_code(d->dtype), dk, cfg->pr, unr, cfg->wg,
                  ctx->device.vendor == CLVARLEN_VENDOR_NVIDIA ? " -DCV_NV_PTX=1" : "");
         return CLVARLEN_SUCCESS;
     }
