@@ -216,7 +216,7 @@ static void paged_params(fz_reader *r, clvarlen_paged_params *p, int *maxq_mode)
     p->max_pages = (int32_t)small_pos(r, 4);
     uint8_t b = fz_u8(r);
     /* 0 or the columns plus a gap; sometimes below the columns (0 there means max_pages) */
-    p->page_table_stride = b < 150 ? 0 : b < 230 ? p->max_pages + b % 3
+    p->page_table_stride = b < 150 ? 0 : b < 230 ? (int64_t)p->max_pages + b % 3
                          : b < 245 ? (int64_t)p->max_pages - 1 - b % 2 : fz_count(r, 4);
     p->heads_kv = (int32_t)small_pos(r, 2);
     p->heads_q = fz_u8(r) < 240 ? (int32_t)(uint32_t)((int64_t)p->heads_kv * (1 + fz_u8(r) % 3))
