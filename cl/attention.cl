@@ -277,7 +277,7 @@ void attn_fwd(__global const uchar *q, ulong q_off, long q_stride,
               __global float *lse, ulong lse_off,
               __global const int *wl, int heads_q, int group, int total_q, int total_k,
               float scale_log2, float scale, float softcap, int causal, int window_left,
-              int window_right, __global const int *flag CV_PAGED_ARGS)
+              int window_right, __global const int *flag CV_PAGED_ARGS CV_DROP_ARGS)
 {
     __local float4 Qc[BLOCK_M * QS4];
     __local float4 Kc[BLOCK_N * QS4];
@@ -447,6 +447,11 @@ void attn_fwd(__global const uchar *q, ulong q_off, long q_stride,
             for (int j = 0; j < TN; j++) {
                 float p = s[i][j] == -INFINITY ? 0.0f : exp2(s[i][j] - mx);
                 ps += p;
+#ifdef CV_DROPOUT /* l sums the undropped p (SPEC 1.2) */
+                if (p != 0.0f)
+                    p *= drop_scale * cv_dropout_keep(h, q0 + row0 + r, k0 + kb + tx + TX * j,
+                                                      drop_k0, drop_k1, drop_c3, drop_thr);
+#endif
                 Pf[r * (PS4 * 4) + tx + TX * j] = p;
             }
             l[i] = l[i] * alpha + ps;

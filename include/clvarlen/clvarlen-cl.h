@@ -208,6 +208,23 @@ CLVARLEN_API clvarlen_status clvarlen_cl_attention_forward(
     size_t o_offset, cl_mem lse, size_t lse_offset, cl_uint num_events, const cl_event *wait_list,
     cl_event *event);
 
+/**
+ * clvarlen_attention_backward on device buffers (q_pos may be NULL; bwd NULL
+ * for the defaults). Work space (the rows' dot(do, o) and two work lists,
+ * about 4 * heads_q * total_q bytes plus the tile counts) is the context's
+ * temporary buffer, reused across calls. With device checks on, cu_seqlens_q/_k
+ * are validated first (the call blocks; nothing written on error). Runs the
+ * portable kernels on every device.
+ */
+CLVARLEN_API clvarlen_status clvarlen_cl_attention_backward(
+    clvarlen_context *context, const clvarlen_attention_params *params,
+    const clvarlen_attention_bwd_params *bwd, cl_mem q, size_t q_offset, cl_mem k,
+    size_t k_offset, cl_mem v, size_t v_offset, cl_mem o, size_t o_offset, cl_mem dout,
+    size_t do_offset, cl_mem lse, size_t lse_offset, cl_mem cu_seqlens_q, size_t cu_q_offset,
+    cl_mem cu_seqlens_k, size_t cu_k_offset, cl_mem q_pos, size_t q_pos_offset, cl_mem dq,
+    size_t dq_offset, cl_mem dk, size_t dk_offset, cl_mem dv, size_t dv_offset,
+    cl_uint num_events, const cl_event *wait_list, cl_event *event);
+
 /** clvarlen_attention_merge on device buffers (lse may be NULL). */
 CLVARLEN_API clvarlen_status clvarlen_cl_attention_merge(
     clvarlen_context *context, clvarlen_dtype dtype, int64_t n_parts, int64_t tokens,

@@ -519,10 +519,19 @@ typedef struct clvarlen_attention_params {
      * (d = Lk - Lq); -1 = unbounded on that side. Combines with causal. */
     int32_t window_left, window_right;
     float softcap;         /**< > 0: scores become softcap * tanh(score / softcap); 0 = off */
+    /** Attention dropout (training, SPEC 1.2): each probability is kept with
+     * probability 1 - dropout_p and scaled by 1 / (1 - dropout_p), from a
+     * counter-based generator (Philox4x32-10) keyed by dropout_seed and
+     * dropout_offset, so the backward regenerates the forward's mask and every
+     * device draws the same mask. 0 = off; must be in [0, 1). lse is the
+     * undropped softmax's. */
+    float dropout_p;
+    uint64_t dropout_seed;   /**< the generator's key */
+    uint64_t dropout_offset; /**< a stream number: use a new one per layer and step */
 } clvarlen_attention_params;
 
 /** Defaults: struct_size set, f32, no sequences, scale 0 (1/sqrt(D)), not
- * causal, window (-1, -1), no softcap, contiguous strides. */
+ * causal, window (-1, -1), no softcap, no dropout, contiguous strides. */
 CLVARLEN_API void clvarlen_attention_params_init(clvarlen_attention_params *params);
 
 /**
@@ -554,6 +563,56 @@ CLVARLEN_API clvarlen_status clvarlen_attention_forward(clvarlen_context *contex
                                                         const int32_t *cu_seqlens_q,
                                                         const int32_t *cu_seqlens_k,
                                                         const int32_t *q_pos, void *o, float *lse);
+/**
+ * Options of the attention backward that the forward does not have. NULL
+ * stands for the defaults of clvarlen_attention_bwd_params_init.
+ */
+typedef struct clvarlen_attention_bwd_params {
+    uint32_t struct_size; /**< set by init; lets later versions append fields */
+    /** Token strides in elements of do [total_q, heads_q, head_dim_v] and of
+     * the outputs dq [total_q, heads_q, head_dim], dk [total_k, heads_kv,
+     * head_dim], dv [total_k, heads_kv, head_dim_v]; 0 = contiguous. */
+    int64_t do_stride, dq_stride, dk_stride, dv_stride;
+    /** Nonzero: dq, dk and dv are f32 (the caller accumulates them); 0: the
+     * inputs' dtype, rounded once. */
+    int grad_f32;
+    /** Nonzero: dq, dk and dv bitwise identical across runs, thread counts and
+     * work-group counts on one device. Every path is deterministic today (each
+     * output element is summed by one thread in a fixed order, SPEC 1.2), so
+     * this costs nothing; it stays a promise if a faster atomic path lands. */
+    int deterministic;
+} clvarlen_attention_bwd_params;
+
+/** Defaults: struct_size set, contiguous strides, gradients in the input dtype,
+ * deterministic. */
+CLVARLEN_API void clvarlen_attention_bwd_params_init(clvarlen_attention_bwd_params *bwd);
+
+/**
+ * Varlen attention backward (SPEC 1.2, FlashAttention semantics): from the
+ * forward's inputs q, k, v, its output o and lse (f32 [heads_q, total_q], as
+ * clvarlen_attention_forward wrote them, same params including the dropout
+ * seed and offset) and the output gradient do (params->dtype, layout of o with
+ * bwd->do_stride), computes
+ *   dq [total_q, heads_q, head_dim], dk [total_k, heads_kv, head_dim],
+ *   dv [total_k, heads_kv, head_dim_v]
+ * in params->dtype (f32 with bwd->grad_f32), accumulated in f32. For GQA/MQA
+ * dk and dv sum over the query heads of each KV head. Every forward option
+ * applies (causal, window, softcap, scale, q_pos, dropout). A row whose lse is
+ * not finite (a row that saw no key) contributes nothing. Every element of dq,
+ * dk and dv is written (rows of keys no query sees get 0); bytes between
+ * strided rows are left as they are. dq, dk and dv must not overlap the inputs
+ * or each other.
+ *
+ * Errors: those of clvarlen_attention_forward, plus
+ * CLVARLEN_ERROR_INVALID_ARGUMENT for a NULL o, do or lse, a bad bwd (struct
+ * size, stride) or overlapping outputs. Nothing is written on error.
+ */
+CLVARLEN_API clvarlen_status clvarlen_attention_backward(
+    clvarlen_context *context, const clvarlen_attention_params *params,
+    const clvarlen_attention_bwd_params *bwd, const void *q, const void *k, const void *v,
+    const void *o, const void *dout, const float *lse, const int32_t *cu_seqlens_q,
+    const int32_t *cu_seqlens_k, const int32_t *q_pos, void *dq, void *dk, void *dv);
+
 /**
  * N-way merge of partial attention results of the same rows (split KV,
  * context/ring parallel): o_parts [n_parts, tokens, heads, head_dim_v]

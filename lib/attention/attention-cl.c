@@ -50,6 +50,8 @@ static bool mma_fits(const cv_attn_desc *d, const cv_attn_mem *m)
 {
     if (d->dtype == CLVARLEN_DTYPE_F32 || d->head_dim != d->head_dim_v || d->head_dim > 128)
         return false;
+    if (d->drop_p > 0.0f) /* dropout runs the portable kernel */
+        return false;
     if ((m->q_off | m->k_off | m->v_off | m->o_off) % 16 != 0)
         return false;
     return d->q_stride % 8 == 0 && d->k_stride % 8 == 0 && d->v_stride % 8 == 0 &&
@@ -176,6 +178,10 @@ static clvarlen_status choose_cfg(clvarlen_context *ctx, const char *fn, const c
     cfg->row_mult = 1;
     clvarlen_status st = pack || cv_attn_use_mma(ctx, d, m) ? mma_cfg(ctx, fn, d, pack, cfg)
                                                             : portable_cfg(ctx, fn, d, cfg);
+    if (st == CLVARLEN_SUCCESS && d->drop_p > 0.0f) {
+        size_t len = strlen(cfg->options);
+        snprintf(cfg->options + len, sizeof cfg->options - len, " -DCV_DROPOUT=1");
+    }
     if (st == CLVARLEN_SUCCESS && d->page_size > 0) {
         size_t len = strlen(cfg->options);
         snprintf(cfg->options + len, sizeof cfg->options - len, " -DCV_PAGED=1");
@@ -207,6 +213,19 @@ static cl_int worklist_args(cl_kernel kernel, const cv_attn_desc *d, const cv_at
     CV_ARG(a, wl);
     CV_ARG(a, flag);
     return a.err;
+}
+
+void cv_attn_drop_args(cv_args *a, const cv_attn_desc *d)
+{
+    cl_uint k0 = (cl_uint)d->drop_seed;
+    cl_uint k1 = (cl_uint)(d->drop_seed >> 32) ^ (cl_uint)(d->drop_offset >> 32);
+    cl_uint c3 = (cl_uint)d->drop_offset, thr = d->drop_thr;
+    cl_float sc = d->drop_scale;
+    CV_ARG(*a, k0);
+    CV_ARG(*a, k1);
+    CV_ARG(*a, c3);
+    CV_ARG(*a, thr);
+    CV_ARG(*a, sc);
 }
 
 static cl_int forward_args(cl_kernel kernel, const cv_attn_desc *d, const cv_attn_mem *m,
@@ -265,6 +284,8 @@ static cl_int forward_args(cl_kernel kernel, const cv_attn_desc *d, const cv_att
         CV_ARG(a, page_size);
         CV_ARG(a, num_pages);
     }
+    if (d->drop_p > 0.0f) /* CV_DROP_ARGS of cl/attention.clh */
+        cv_attn_drop_args(&a, d);
     if (pack) { /* CV_PACK_ARGS of cl/attention-nv.cl: the partials follow the work list */
         cl_ulong poff = part_off;
         cl_int n_splits = pack->splits, one_tile = pack->one_tile ? (cl_int)d->n_seqs : 0;

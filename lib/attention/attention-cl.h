@@ -47,6 +47,20 @@ typedef struct cv_attn_pack {
     bool one_tile; /* every sequence fits one tile: no work list */
 } cv_attn_pack;
 
+/** Appends the dropout arguments of d (CV_DROP_ARGS of cl/attention.clh) to a kernel's. */
+void cv_attn_drop_args(cv_args *a, const cv_attn_desc *d);
+
+/* The backward call's buffers (the forward's, plus do and the gradients). */
+typedef struct cv_bwd_mem {
+    cv_attn_mem f; /* q, k, v, cu_q, cu_k, q_pos, o, lse */
+    cl_mem dout, dq, dk, dv;
+    size_t do_off, dq_off, dk_off, dv_off;
+} cv_bwd_mem;
+
+/** The backward on the chain (backward-cl.c): delta, the dk/dv pass, the dq pass. */
+clvarlen_status cv_attn_cl_backward(cv_chain *c, const char *fn, const cv_bwd_desc *bd,
+                                    const cv_bwd_mem *m);
+
 /** Whether the forward runs the tensor-core kernel (device, dtype, dims and alignment,
  * CLVARLEN_ATTENTION_KERNEL). */
 bool cv_attn_use_mma(const clvarlen_context *ctx, const cv_attn_desc *d, const cv_attn_mem *m);

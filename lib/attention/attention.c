@@ -97,6 +97,9 @@ clvarlen_status cv_attn_validate(clvarlen_context *ctx, const char *fn,
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT,
                         "%s: window (%d, %d): each side is -1 (unbounded) or >= 0", fn,
                         (int)p->window_left, (int)p->window_right);
+    if (!(p->dropout_p >= 0.0f && p->dropout_p < 1.0f))
+        return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT,
+                        "%s: dropout_p must be in [0, 1), got %g", fn, (double)p->dropout_p);
 
     memset(d, 0, sizeof *d);
     d->dtype = p->dtype;
@@ -126,6 +129,13 @@ clvarlen_status cv_attn_validate(clvarlen_context *ctx, const char *fn,
     d->window_left = p->window_left;
     d->window_right = p->window_right;
     d->softcap = p->softcap;
+    if (p->dropout_p > 0.0f) {
+        d->drop_p = p->dropout_p;
+        d->drop_thr = (uint32_t)floor((double)p->dropout_p * 4294967296.0);
+        d->drop_scale = (float)(1.0 / (1.0 - (double)p->dropout_p));
+        d->drop_seed = p->dropout_seed;
+        d->drop_offset = p->dropout_offset;
+    }
     return CLVARLEN_SUCCESS;
 }
 

@@ -52,6 +52,41 @@ static void load_row(const char *base, clvarlen_dtype dt, int64_t elem_off, int3
         out[i] = cv_load_act(base, dt, elem_off + i);
 }
 
+/* Dropout of one row's probabilities p[j] (packed query t, packed keys u0 +
+ * j), after their sum went into l (SPEC 1.2: lse is the undropped softmax's). */
+static void drop_row(const cv_attn_desc *d, int32_t h, int64_t t, int64_t u0, float *p, int32_t n)
+{
+    for (int32_t j = 0; j < n; j++)
+        if (p[j] != 0.0f)
+            p[j] *= cv_dropout_factor(d, h, t, u0 + j);
+}
+
+/* The normalised rows of a finished tile into o and lse (rows that saw
+ * nothing: o = 0, lse = -inf). */
+static void store_tile(fwd_job *job, int32_t h, int64_t tok0, int32_t rows, const float *acc,
+                       const float *m, const float *l)
+{
+    const cv_attn_desc *d = job->d;
+    const int32_t Dv = d->head_dim_v;
+    for (int32_t r = 0; r < rows; r++) {
+        int64_t tok = tok0 + r;
+        int64_t ooff = tok * d->o_stride + (int64_t)h * Dv;
+        const float *ar = acc + (size_t)r * Dv;
+        if (l[r] > 0.0f) {
+            float inv = 1.0f / l[r];
+            for (int32_t c = 0; c < Dv; c++)
+                cv_store_act(job->o, d->dtype, ooff + c, ar[c] * inv);
+            if (job->lse)
+                job->lse[(int64_t)h * d->total_q + tok] = m[r] + logf(l[r]);
+        } else {
+            for (int32_t c = 0; c < Dv; c++)
+                cv_store_act(job->o, d->dtype, ooff + c, 0.0f);
+            if (job->lse)
+                job->lse[(int64_t)h * d->total_q + tok] = -INFINITY;
+        }
+    }
+}
+
 static void fwd_tile(fwd_job *job, const tile_item *it, int32_t h, float *scratch)
 {
     const cv_attn_desc *d = job->d;
@@ -139,6 +174,8 @@ static void fwd_tile(fwd_job *job, const tile_item *it, int32_t h, float *scratc
                 l[r] += p;
                 srow[j] = p;
             }
+            if (d->drop_p > 0.0f) /* SPEC 1.2: l summed the undropped p */
+                drop_row(d, h, q_begin + it->row0 + r, k_begin + kb, srow, nb);
             for (int32_t c0 = 0; c0 < Dv; c0 += CPU_VEC) {
                 float a[CPU_VEC];
                 for (int jj = 0; jj < CPU_VEC; jj++)
@@ -155,23 +192,7 @@ static void fwd_tile(fwd_job *job, const tile_item *it, int32_t h, float *scratc
         }
     }
 
-    for (int32_t r = 0; r < rows; r++) {
-        int64_t tok = q_begin + it->row0 + r;
-        int64_t ooff = tok * d->o_stride + (int64_t)h * Dv;
-        const float *ar = acc + (size_t)r * Dv;
-        if (l[r] > 0.0f) {
-            float inv = 1.0f / l[r];
-            for (int32_t c = 0; c < Dv; c++)
-                cv_store_act(job->o, d->dtype, ooff + c, ar[c] * inv);
-            if (job->lse)
-                job->lse[(int64_t)h * d->total_q + tok] = m[r] + logf(l[r]);
-        } else {
-            for (int32_t c = 0; c < Dv; c++)
-                cv_store_act(job->o, d->dtype, ooff + c, 0.0f);
-            if (job->lse)
-                job->lse[(int64_t)h * d->total_q + tok] = -INFINITY;
-        }
-    }
+    store_tile(job, h, q_begin + it->row0, rows, acc, m, l);
 }
 
 static void fwd_range(void *arg, int64_t begin, int64_t end)

@@ -25,7 +25,46 @@ typedef struct cv_attn_desc {
     int32_t page_size, max_pages;
     int64_t num_pages, pt_stride;
     int32_t num_splits; /* 0 = automatic (the paged decode kernel) */
+    /* Dropout (SPEC 1.2; drop_p 0 = off): keep iff the Philox word >= drop_thr,
+     * kept probabilities scaled by drop_scale. */
+    float drop_p, drop_scale;
+    uint32_t drop_thr;
+    uint64_t drop_seed, drop_offset;
 } cv_attn_desc;
+
+/* A validated backward call: the forward's description plus the gradients'
+ * layout (strides resolved, never 0). */
+typedef struct cv_bwd_desc {
+    cv_attn_desc a;
+    int64_t do_stride, dq_stride, dk_stride, dv_stride;
+    clvarlen_dtype grad_dtype; /* a.dtype, or f32 */
+} cv_bwd_desc;
+
+/* Philox4x32-10 (Salmon et al. 2011), the dropout generator of SPEC 1.2. */
+static inline void cv_philox4x32_10(uint32_t c[4], uint32_t k0, uint32_t k1)
+{
+    for (int round = 0; round < 10; round++) {
+        uint64_t p0 = (uint64_t)0xD2511F53u * c[0];
+        uint64_t p1 = (uint64_t)0xCD9E8D57u * c[2];
+        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c[1] ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c[3] ^ k1;
+        c[0] = n0;
+        c[1] = (uint32_t)p1;
+        c[2] = n2;
+        c[3] = (uint32_t)p0;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+}
+
+/* The dropout factor of (query head h, packed query t, packed key u): 0 or
+ * drop_scale (SPEC 1.2). Only called with d->drop_p > 0. */
+static inline float cv_dropout_factor(const cv_attn_desc *d, int32_t h, int64_t t, int64_t u)
+{
+    uint32_t c[4] = {(uint32_t)(u >> 2), (uint32_t)t, (uint32_t)h, (uint32_t)d->drop_offset};
+    cv_philox4x32_10(c, (uint32_t)d->drop_seed,
+                     (uint32_t)(d->drop_seed >> 32) ^ (uint32_t)(d->drop_offset >> 32));
+    return c[u & 3] >= d->drop_thr ? d->drop_scale : 0.0f;
+}
 
 /* The keys query position `pos` sees in a sequence of lk keys: [*lo, *hi]
  * (empty when *lo > *hi). 64-bit so that pos +- window cannot overflow. */
@@ -56,6 +95,14 @@ clvarlen_status cv_cpu_attention_forward(clvarlen_context *ctx, const cv_attn_de
                                          const void *q, const void *k, const void *v,
                                          const int32_t *cu_seqlens_q, const int32_t *cu_seqlens_k,
                                          const int32_t *q_pos, void *o, float *lse);
+
+/** Backward on host memory (SPEC 1.2); inputs validated. Deterministic: a
+ * key-tile-parallel pass for dk, dv and a query-tile-parallel pass for dq. */
+clvarlen_status cv_cpu_attention_backward(clvarlen_context *ctx, const cv_bwd_desc *bd,
+                                          const void *q, const void *k, const void *v,
+                                          const void *o, const void *dout, const float *lse,
+                                          const int32_t *cu_q, const int32_t *cu_k,
+                                          const int32_t *q_pos, void *dq, void *dk, void *dv);
 
 /**
  * Merge of n_parts partials given as pointer arrays (o_parts[p] [tokens,

@@ -34,18 +34,12 @@
 
 #include "ct-util.h"
 #include "ops.h"
+#include "attention-case.h"
 
 /* ================================================================ checks */
 
-typedef struct fwd_case {
-    clvarlen_attention_params p;
-    int32_t *cu_q, *cu_k, *q_pos;
-    void *q, *k, *v, *o_dev, *o_cpu;
-    float *lse_dev, *lse_cpu;
-    size_t q_elems, k_elems, v_elems, o_elems, lse_n;
-} fwd_case;
 
-static void free_case(fwd_case *c)
+void ct_attn_free_case(fwd_case *c)
 {
     free(c->cu_q);
     free(c->cu_k);
@@ -60,8 +54,7 @@ static void free_case(fwd_case *c)
     memset(c, 0, sizeof *c);
 }
 
-/* A random case; returns 0, or -1 when out of memory. */
-static int make_case(uint64_t *rs, clvarlen_dtype dtype, int case_i, const ct_options *opt,
+int ct_attn_make_case(uint64_t *rs, clvarlen_dtype dtype, int case_i, const ct_options *opt,
                      fwd_case *c)
 {
     static const int dims[] = {64, 128, 80, 64, 128, 32, 96, 256};
@@ -208,8 +201,8 @@ static int check_forward(clvarlen_context *dev, clvarlen_context *cpu, const ct_
     row->tolerance = tol;
     for (int i = 0; i < n_cases; i++) {
         fwd_case c;
-        if (make_case(&rs, dtype, i, opt, &c) != 0) {
-            free_case(&c);
+        if (ct_attn_make_case(&rs, dtype, i, opt, &c) != 0) {
+            ct_attn_free_case(&c);
             snprintf(row->note, sizeof row->note, "out of memory");
             return -1;
         }
@@ -228,7 +221,7 @@ static int check_forward(clvarlen_context *dev, clvarlen_context *cpu, const ct_
             snprintf(row->note, sizeof row->note, "%s: %s",
                      clvarlen_status_name(sd != CLVARLEN_SUCCESS ? sd : sc),
                      clvarlen_last_error(sd != CLVARLEN_SUCCESS ? dev : cpu));
-            free_case(&c);
+            ct_attn_free_case(&c);
             return -1;
         }
         double e = tu_rel_err(c.o_dev, c.o_cpu, dtype, c.o_elems);
@@ -242,7 +235,7 @@ static int check_forward(clvarlen_context *dev, clvarlen_context *cpu, const ct_
             row->failed++;
             note_failure(row, "lse", &c, el);
         }
-        free_case(&c);
+        ct_attn_free_case(&c);
     }
     return 0;
 }
@@ -350,8 +343,7 @@ static uint32_t bench_hash(uint32_t x)
     return x;
 }
 
-/* The documented generator (see the top of this file). */
-static void bench_fill(void *p, clvarlen_dtype dt, size_t n, uint32_t tensor, uint64_t seed)
+void ct_attn_bench_fill(void *p, clvarlen_dtype dt, size_t n, uint32_t tensor, uint64_t seed)
 {
     uint32_t s = (uint32_t)seed * 0x9E3779B9u;
     for (size_t i = 0; i < n; i++) {
@@ -425,8 +417,7 @@ static int run_fma(void *arg, void *event_out)
                                   (cl_event *)event_out) != CL_SUCCESS;
 }
 
-/* FLOP/s of f32 FMA measured on the device, 0 on failure. */
-static double measure_fma(clvarlen_context *ctx, const ct_options *opt)
+double ct_measure_fma(clvarlen_context *ctx, const ct_options *opt)
 {
     cl_context clc;
     cl_device_id dev;
@@ -499,7 +490,7 @@ static void release_run(bench_run *r)
 
 /* fopen for CLVARLEN_BENCH_DUMP; a file that cannot be written is reported
  * (a missing directory would otherwise leave the dump silently empty). */
-static FILE *dump_open(const char *path, const char *mode)
+FILE *ct_dump_open(const char *path, const char *mode)
 {
     FILE *f = fopen(path, mode);
     if (!f)
@@ -516,19 +507,19 @@ static void dump_case(const bench_shape *s, const bench_run *r, const int32_t *c
         return;
     char path[1024];
     snprintf(path, sizeof path, "%s/%s.cu", dir, s->name);
-    FILE *f = dump_open(path, "wb");
+    FILE *f = ct_dump_open(path, "wb");
     if (f) {
         fwrite(cu, 4, (size_t)s->n_seqs + 1, f);
         fclose(f);
     }
     snprintf(path, sizeof path, "%s/%s.o", dir, s->name);
-    f = dump_open(path, "wb");
+    f = ct_dump_open(path, "wb");
     if (f) {
         fwrite(r->o, 1, ob, f);
         fclose(f);
     }
     snprintf(path, sizeof path, "%s/index.txt", dir);
-    f = dump_open(path, "a");
+    f = ct_dump_open(path, "a");
     if (f) {
         fprintf(f, "%s %d %d %d %d %d %d %llu %.3f %.2f\n", s->name, (int)s->n_seqs,
                 (int)s->total, (int)s->hq, (int)s->hk, (int)s->d, s->causal,
@@ -575,9 +566,9 @@ static int bench_one(clvarlen_context *ctx, const ct_options *opt, const bench_s
     int rc = -1, on_cl = ct_context_is_cl(ctx);
     if (!q || !k || !v || !o || !lse)
         goto out;
-    bench_fill(q, s->dtype, qn, 1, seed);
-    bench_fill(k, s->dtype, kn, 2, seed);
-    bench_fill(v, s->dtype, kn, 3, seed);
+    ct_attn_bench_fill(q, s->dtype, qn, 1, seed);
+    ct_attn_bench_fill(k, s->dtype, kn, 2, seed);
+    ct_attn_bench_fill(v, s->dtype, kn, 3, seed);
     clvarlen_attention_params_init(&r.p);
     r.p.dtype = s->dtype;
     r.p.n_seqs = s->n_seqs;
@@ -679,7 +670,7 @@ int bench_attention(clvarlen_context *dev, const ct_options *opt, double copy_gb
     double fma_rate = 0.0;
 #if CLVARLEN_HAVE_OPENCL
     if (ct_context_is_cl(dev)) {
-        fma_rate = measure_fma(dev, opt);
+        fma_rate = ct_measure_fma(dev, opt);
         if (fma_rate > 0.0)
             ct_bench_note(opt, "f32 FMA rate measured on the device: %.1f GFLOP/s",
                           fma_rate * 1e-9);

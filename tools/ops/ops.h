@@ -45,6 +45,10 @@ CT_CHECK(check_fwd_f16);
 CT_CHECK(check_fwd_bf16);
 CT_CHECK(check_merge);
 CT_BENCH(bench_attention);
+/* attention-bwd.c */
+CT_CHECK(check_bwd_f32);
+CT_CHECK(check_bwd_bf16);
+CT_BENCH(bench_attention_bwd);
 /* gated-delta.c */
 CT_CHECK(check_gdn);
 CT_CHECK(check_gdn_recurrent);

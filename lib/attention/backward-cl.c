@@ -1,0 +1,217 @@
+/* Varlen attention backward on OpenCL (SPEC 1.2): the launchers of
+ * cl/attention-bwd.cl. Three passes on one chain: delta = dot(do, o) per row,
+ * then dk and dv per (key tile, KV head), then dq per (query tile, query
+ * head). The work lists come from attn_worklist (cl/attention.cl) built on the
+ * device from cu_seqlens_k, then cu_seqlens_q, in the same region of the
+ * context's temporary buffer (the chain runs in order); delta follows them.
+ */
+#include "attention/attention-cl.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#if CLVARLEN_HAVE_OPENCL
+
+#define BWD_WG 64
+#define BWD_TX 16
+#define BWD_BM 32
+#define BWD_BN 32
+
+/* Build options of the three kernels: rows staged KCH at a time, KCH the
+ * largest power of two <= 2048 / max(D, Dv) (8 KiB of local memory). */
+static void bwd_options(const clvarlen_context *ctx, const cv_bwd_desc *bd, char *out, size_t n)
+{
+    const cv_attn_desc *d = &bd->a;
+    int maxd = d->head_dim > d->head_dim_v ? d->head_dim : d->head_dim_v;
+    int kch = (int)cv_pow2_floor(2048 / maxd);
+    if (kch > 32)
+        kch = 32;
+    snprintf(out, n,
+             "-DCV_DTYPE=%d -DGRAD_DT=%d -DHEAD_DIM=%d -DHEAD_DIM_V=%d -DBLOCK_M=%d "
+             "-DBLOCK_N=%d -DWG_SIZE=%d -DTX=%d -DDCH=16 -DKCH=%d%s%s",
+             cv_dtype_kernel_code(d->dtype), cv_dtype_kernel_code(bd->grad_dtype),
+             (int)d->head_dim, (int)d->head_dim_v, BWD_BM, BWD_BN, BWD_WG, BWD_TX, kch,
+             ctx->device.kind == CLVARLEN_DEVICE_OPENCL_CPU ? " -DCV_NO_UNROLL" : "",
+             d->drop_p > 0.0f ? " -DCV_DROPOUT=1" : "");
+}
+
+static clvarlen_status run_worklist(cv_chain *c, cl_kernel kernel, cl_mem cu, size_t cu_off,
+                                    const cv_attn_desc *d, int64_t total, int block,
+                                    int64_t capacity, cl_mem wl)
+{
+    cl_int n_seqs = (cl_int)d->n_seqs, tot = (cl_int)total, row_mult = 1, bm = block;
+    cl_int cap = (cl_int)capacity;
+    cl_ulong off = cu_off;
+    cv_args a = cv_args_begin(kernel);
+    CV_ARG(a, cu);
+    CV_ARG(a, off);
+    CV_ARG(a, n_seqs);
+    CV_ARG(a, tot);
+    CV_ARG(a, row_mult);
+    CV_ARG(a, bm);
+    CV_ARG(a, cap);
+    CV_ARG(a, wl);
+    CV_ARG(a, c->flag);
+    if (a.err != CL_SUCCESS)
+        return cv_cl_check(c->ctx, a.err, "clSetKernelArg(attn_worklist)");
+    size_t wg = c->ctx->tuning.scan_wg ? c->ctx->tuning.scan_wg : 64;
+    if (wg > CV_ATTN_WORKLIST_MAX_WG)
+        wg = CV_ATTN_WORKLIST_MAX_WG;
+    return cv_chain_run(c, kernel, "attn_worklist", 1, &wg, &wg);
+}
+
+static clvarlen_status run_delta(cv_chain *c, const cv_bwd_desc *bd, const cv_bwd_mem *m,
+                                 cl_kernel kernel, cl_mem tmp, size_t delta_off)
+{
+    const cv_attn_desc *d = &bd->a;
+    cl_ulong o_off = m->f.o_off, do_off = m->do_off, dl_off = delta_off;
+    cl_long o_stride = d->o_stride, do_stride = bd->do_stride;
+    cl_int hq = d->heads_q, tq = (cl_int)d->total_q;
+    cv_args a = cv_args_begin(kernel);
+    CV_ARG(a, m->f.o);
+    CV_ARG(a, o_off);
+    CV_ARG(a, o_stride);
+    CV_ARG(a, m->dout);
+    CV_ARG(a, do_off);
+    CV_ARG(a, do_stride);
+    CV_ARG(a, hq);
+    CV_ARG(a, tq);
+    CV_ARG(a, tmp);
+    CV_ARG(a, dl_off);
+    CV_ARG(a, c->flag);
+    if (a.err != CL_SUCCESS)
+        return cv_cl_check(c->ctx, a.err, "clSetKernelArg(attn_bwd_delta)");
+    size_t local = BWD_WG;
+    size_t global = (size_t)((d->total_q * d->heads_q + BWD_WG - 1) / BWD_WG) * BWD_WG;
+    return cv_chain_run(c, kernel, "attn_bwd_delta", 1, &global, &local);
+}
+
+/* BWD_COMMON_ARGS of cl/attention-bwd.cl. */
+static cv_args common_args(cl_kernel kernel, const cv_bwd_desc *bd, const cv_bwd_mem *m,
+                           cl_mem tmp, size_t delta_off, cl_mem flag)
+{
+    const cv_attn_desc *d = &bd->a;
+    const cv_attn_mem *f = &m->f;
+    cl_ulong q_off = f->q_off, k_off = f->k_off, v_off = f->v_off, do_off = m->do_off;
+    cl_ulong cu_q_off = f->cu_q_off, cu_k_off = f->cu_k_off, q_pos_off = f->q_pos_off;
+    cl_ulong lse_off = f->lse_off, dl_off = delta_off;
+    cl_long q_stride = d->q_stride, k_stride = d->k_stride, v_stride = d->v_stride;
+    cl_long do_stride = bd->do_stride;
+    cl_int hq = d->heads_q, hk = d->heads_kv, tq = (cl_int)d->total_q, tk = (cl_int)d->total_k;
+    cl_float scale_log2 = (cl_float)((double)d->scale * 1.4426950408889634);
+    cl_float scale = d->scale, softcap = d->softcap;
+    cl_int causal = d->causal, wleft = d->window_left, wright = d->window_right;
+    cv_args a = cv_args_begin(kernel);
+    CV_ARG(a, f->q);
+    CV_ARG(a, q_off);
+    CV_ARG(a, q_stride);
+    CV_ARG(a, f->k);
+    CV_ARG(a, k_off);
+    CV_ARG(a, k_stride);
+    CV_ARG(a, f->v);
+    CV_ARG(a, v_off);
+    CV_ARG(a, v_stride);
+    CV_ARG(a, m->dout);
+    CV_ARG(a, do_off);
+    CV_ARG(a, do_stride);
+    CV_ARG(a, f->cu_q);
+    CV_ARG(a, cu_q_off);
+    CV_ARG(a, f->cu_k);
+    CV_ARG(a, cu_k_off);
+    CV_ARG(a, f->q_pos);
+    CV_ARG(a, q_pos_off);
+    CV_ARG(a, f->lse);
+    CV_ARG(a, lse_off);
+    CV_ARG(a, tmp);
+    CV_ARG(a, dl_off);
+    CV_ARG(a, tmp); /* the work list at offset 0 */
+    CV_ARG(a, hq);
+    CV_ARG(a, hk);
+    CV_ARG(a, tq);
+    CV_ARG(a, tk);
+    CV_ARG(a, scale_log2);
+    CV_ARG(a, scale);
+    CV_ARG(a, softcap);
+    CV_ARG(a, causal);
+    CV_ARG(a, wleft);
+    CV_ARG(a, wright);
+    CV_ARG(a, flag);
+    return a;
+}
+
+static clvarlen_status run_main(cv_chain *c, const cv_bwd_desc *bd, const cv_bwd_mem *m,
+                                cl_kernel kernel, const char *name, bool dq, cl_mem tmp,
+                                size_t delta_off, int64_t tiles)
+{
+    const cv_attn_desc *d = &bd->a;
+    cv_args a = common_args(kernel, bd, m, tmp, delta_off, c->flag);
+    cl_ulong o1 = dq ? m->dq_off : m->dk_off, o2 = m->dv_off;
+    cl_long s1 = dq ? bd->dq_stride : bd->dk_stride, s2 = bd->dv_stride;
+    CV_ARG(a, *(dq ? &m->dq : &m->dk));
+    CV_ARG(a, o1);
+    CV_ARG(a, s1);
+    if (!dq) {
+        CV_ARG(a, m->dv);
+        CV_ARG(a, o2);
+        CV_ARG(a, s2);
+    }
+    if (d->drop_p > 0.0f)
+        cv_attn_drop_args(&a, d);
+    if (a.err != CL_SUCCESS)
+        return cv_cl_check(c->ctx, a.err, "clSetKernelArg(attention backward)");
+    size_t local = BWD_WG;
+    size_t global = (size_t)tiles * (size_t)(dq ? d->heads_q : d->heads_kv) * local;
+    return cv_chain_run(c, kernel, name, 1, &global, &local);
+}
+
+clvarlen_status cv_attn_cl_backward(cv_chain *c, const char *fn, const cv_bwd_desc *bd,
+                                    const cv_bwd_mem *m)
+{
+    clvarlen_context *ctx = c->ctx;
+    const cv_attn_desc *d = &bd->a;
+    /* Tiles: sum ceil(L_s / B) <= (T + N (B - 1)) / B, over queries and over keys. */
+    const int64_t q_tiles = (d->total_q + d->n_seqs * (BWD_BM - 1)) / BWD_BM;
+    const int64_t k_tiles = (d->total_k + d->n_seqs * (BWD_BN - 1)) / BWD_BN;
+    const int64_t cap = q_tiles > k_tiles ? q_tiles : k_tiles;
+    const int64_t wl_ints = 2 + 2 * cap + d->n_seqs + 1;
+    if (wl_ints > INT32_MAX || cap * d->heads_q > ((int64_t)1 << 40))
+        return cv_error(ctx, CLVARLEN_ERROR_OVERFLOW, "%s: %lld tiles are too many", fn,
+                        (long long)cap);
+    char opts[320];
+    bwd_options(ctx, bd, opts, sizeof opts);
+    cl_kernel wlk = NULL, kd = NULL, kkv = NULL, kq = NULL;
+    clvarlen_status st;
+    if ((st = cv_get_kernel(ctx, "attention.cl", "-DCV_ATTN_AUX", "attn_worklist", &wlk)) !=
+            CLVARLEN_SUCCESS ||
+        (st = cv_get_kernel(ctx, "attention-bwd.cl", opts, "attn_bwd_delta", &kd)) !=
+            CLVARLEN_SUCCESS ||
+        (st = cv_get_kernel(ctx, "attention-bwd.cl", opts, "attn_bwd_dkdv", &kkv)) !=
+            CLVARLEN_SUCCESS ||
+        (st = cv_get_kernel(ctx, "attention-bwd.cl", opts, "attn_bwd_dq", &kq)) !=
+            CLVARLEN_SUCCESS)
+        return st;
+    const size_t delta_off = ((size_t)wl_ints * 4 + 255) / 256 * 256;
+    const size_t delta_bytes = (size_t)d->heads_q * (size_t)d->total_q * 4;
+    cl_mem tmp = NULL;
+    if ((st = cv_temp(ctx, delta_off + delta_bytes + 4, &tmp)) != CLVARLEN_SUCCESS)
+        return st;
+    if (d->total_q > 0 && (st = run_delta(c, bd, m, kd, tmp, delta_off)) != CLVARLEN_SUCCESS)
+        return st;
+    if (d->total_k > 0) {
+        if ((st = run_worklist(c, wlk, m->f.cu_k, m->f.cu_k_off, d, d->total_k, BWD_BN, cap,
+                               tmp)) != CLVARLEN_SUCCESS ||
+            (st = run_main(c, bd, m, kkv, "attn_bwd_dkdv", false, tmp, delta_off, k_tiles)) !=
+                CLVARLEN_SUCCESS)
+            return st;
+    }
+    if (d->total_q > 0) {
+        if ((st = run_worklist(c, wlk, m->f.cu_q, m->f.cu_q_off, d, d->total_q, BWD_BM, cap,
+                               tmp)) != CLVARLEN_SUCCESS ||
+            (st = run_main(c, bd, m, kq, "attn_bwd_dq", true, tmp, delta_off, q_tiles)) !=
+                CLVARLEN_SUCCESS)
+            return st;
+    }
+    return CLVARLEN_SUCCESS;
+}
+
+#endif /* CLVARLEN_HAVE_OPENCL */
