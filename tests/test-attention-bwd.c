@@ -660,6 +660,44 @@ static void bwd_clmem_case(clvarlen_context *ctx, const bcase *c, int device_che
     bwd_free(&r);
 }
 
+/* The tensor-core kernels' emulated form (cl/attention-bwd-nv.cl through
+ * cl/nv-mma.clh): their fragment bookkeeping against the oracle. */
+START_TEST(test_bwd_mma_emulated)
+{
+    setenv("CLVARLEN_ATTENTION_KERNEL", "mma", 1);
+    clvarlen_context *ctx = tu_cl_context();
+    bcase c = bwd_base();
+    c.a.dtype = CLVARLEN_DTYPE_BF16;
+    c.a.hq = 4;
+    c.a.hk = 2;
+    c.a.max_n = 4;
+    c.a.max_len = 150; /* several 64-key and 64-row tiles */
+    c.a.max_total = 300;
+    run_bwd_seeds(ctx, c, 1, "mma bf16");
+    c.a.causal = 1;
+    c.a.lq_ne_lk = 1;
+    run_bwd_seeds(ctx, c, 1, "mma causal lq != lk");
+    c.a.dtype = CLVARLEN_DTYPE_F16;
+    c.a.d = c.a.dv = 128;
+    c.a.wl = 40;
+    c.a.softcap = 4.0f;
+    c.grad_f32 = 1;
+    run_bwd_seeds(ctx, c, 1, "mma f16 d 128 window softcap grad f32");
+    c.a.wl = -1;
+    c.a.softcap = 0.0f;
+    c.a.use_qpos = 1;
+    c.a.hq = 8;
+    c.a.hk = 1;
+    c.a.d = c.a.dv = 32;
+    c.a.q_pad = 8;
+    c.g_pad = 8;
+    c.grad_f32 = 0;
+    run_bwd_seeds(ctx, c, 1, "mma mqa q_pos strides d 32");
+    clvarlen_context_destroy(ctx);
+    unsetenv("CLVARLEN_ATTENTION_KERNEL");
+}
+END_TEST
+
 START_TEST(test_bwd_clmem)
 {
     clvarlen_context *ctx = tu_cl_context();
@@ -732,6 +770,7 @@ static Suite *bwd_suite(void)
     tcase_add_test(tc, test_bwd_errors);
 #if TEST_BACKEND_CL
     tcase_add_test(tc, test_bwd_clmem);
+    tcase_add_test(tc, test_bwd_mma_emulated);
 #endif
     suite_add_tcase(s, tc);
     return s;

@@ -58,10 +58,15 @@ static bool mma_fits(const cv_attn_desc *d, const cv_attn_mem *m)
            d->o_stride % 8 == 0;
 }
 
-bool cv_attn_use_mma(const clvarlen_context *ctx, const cv_attn_desc *d, const cv_attn_mem *m)
+bool cv_attn_mma_device(const clvarlen_context *ctx)
 {
     int force = kernel_override();
-    return mma_fits(d, m) && (force == 2 || (force == 0 && is_nvidia_mma(ctx)));
+    return force == 2 || (force == 0 && is_nvidia_mma(ctx));
+}
+
+bool cv_attn_use_mma(const clvarlen_context *ctx, const cv_attn_desc *d, const cv_attn_mem *m)
+{
+    return mma_fits(d, m) && cv_attn_mma_device(ctx);
 }
 
 static clvarlen_status mma_cfg(clvarlen_context *ctx, const char *fn, const cv_attn_desc *d,

@@ -61,6 +61,10 @@ typedef struct cv_bwd_mem {
 clvarlen_status cv_attn_cl_backward(cv_chain *c, const char *fn, const cv_bwd_desc *bd,
                                     const cv_bwd_mem *m);
 
+/** Whether attention runs tensor-core kernels on this context where the shapes allow
+ * (NVIDIA with mma, or CLVARLEN_ATTENTION_KERNEL=mma for the emulated form). */
+bool cv_attn_mma_device(const clvarlen_context *ctx);
+
 /** Whether the forward runs the tensor-core kernel (device, dtype, dims and alignment,
  * CLVARLEN_ATTENTION_KERNEL). */
 bool cv_attn_use_mma(const clvarlen_context *ctx, const cv_attn_desc *d, const cv_attn_mem *m);

@@ -16,17 +16,62 @@
 #define BWD_TX 16
 #define BWD_BM 32
 #define BWD_BN 32
+/* Tensor-core kernels (cl/attention-bwd-nv.cl): 4 warps, 64-key dk/dv tiles
+ * over 32-row query blocks, 64-row dq tiles over 32-key blocks. */
+#define MMA_WARPS 4
+#define MMA_BM_KV 32
+#define MMA_BN_Q 32
 
-/* Build options of the three kernels: rows staged KCH at a time, KCH the
- * largest power of two <= 2048 / max(D, Dv) (8 KiB of local memory). */
-static void bwd_options(const clvarlen_context *ctx, const cv_bwd_desc *bd, char *out, size_t n)
+/* The kernels of a call: file, names, tile sizes, work-group size and options. */
+typedef struct bwd_cfg {
+    bool mma;
+    int key_tile, query_tile, wg;
+    char opts[320];
+} bwd_cfg;
+
+/* The tensor-core kernels need f16/bf16, D = Dv <= 128, no dropout, 16-byte
+ * aligned offsets and token strides of whole 16-byte chunks (cp.async), and
+ * gradient rows that take element pairs. */
+static bool bwd_mma_fits(const cv_bwd_desc *bd, const cv_bwd_mem *m)
 {
     const cv_attn_desc *d = &bd->a;
+    if (d->dtype == CLVARLEN_DTYPE_F32 || d->head_dim != d->head_dim_v || d->head_dim > 128 ||
+        d->drop_p > 0.0f)
+        return false;
+    const size_t offs = m->f.q_off | m->f.k_off | m->f.v_off | m->do_off | m->dq_off |
+                        m->dk_off | m->dv_off;
+    if (offs % 16 != 0)
+        return false;
+    return (d->q_stride | d->k_stride | d->v_stride | bd->do_stride | bd->dq_stride |
+            bd->dk_stride | bd->dv_stride) % 8 == 0;
+}
+
+/* The portable kernels stage rows KCH at a time, KCH the largest power of two
+ * <= 2048 / max(D, Dv) (8 KiB of local memory). */
+static void bwd_config(const clvarlen_context *ctx, const cv_bwd_desc *bd, const cv_bwd_mem *m,
+                       bool allow_mma, bwd_cfg *cfg)
+{
+    const cv_attn_desc *d = &bd->a;
+    cfg->mma = allow_mma && cv_attn_mma_device(ctx) && bwd_mma_fits(bd, m);
+    if (cfg->mma) {
+        cfg->key_tile = 16 * MMA_WARPS;
+        cfg->query_tile = 16 * MMA_WARPS;
+        cfg->wg = 32 * MMA_WARPS;
+        snprintf(cfg->opts, sizeof cfg->opts,
+                 "-DCV_DTYPE=%d -DHEAD_DIM=%d -DNWARPS=%d -DBM_KV=%d -DBN_Q=%d%s%s",
+                 cv_dtype_kernel_code(d->dtype), (int)d->head_dim, MMA_WARPS, MMA_BM_KV,
+                 MMA_BN_Q, bd->grad_dtype == CLVARLEN_DTYPE_F32 ? " -DGRAD_F32=1" : "",
+                 ctx->device.vendor == CLVARLEN_VENDOR_NVIDIA ? " -DCV_NV_PTX=1" : "");
+        return;
+    }
     int maxd = d->head_dim > d->head_dim_v ? d->head_dim : d->head_dim_v;
     int kch = (int)cv_pow2_floor(2048 / maxd);
     if (kch > 32)
         kch = 32;
-    snprintf(out, n,
+    cfg->key_tile = BWD_BN;
+    cfg->query_tile = BWD_BM;
+    cfg->wg = BWD_WG;
+    snprintf(cfg->opts, sizeof cfg->opts,
              "-DCV_DTYPE=%d -DGRAD_DT=%d -DHEAD_DIM=%d -DHEAD_DIM_V=%d -DBLOCK_M=%d "
              "-DBLOCK_N=%d -DWG_SIZE=%d -DTX=%d -DDCH=16 -DKCH=%d%s%s",
              cv_dtype_kernel_code(d->dtype), cv_dtype_kernel_code(bd->grad_dtype),
@@ -141,7 +186,7 @@ static cv_args common_args(cl_kernel kernel, const cv_bwd_desc *bd, const cv_bwd
 
 static clvarlen_status run_main(cv_chain *c, const cv_bwd_desc *bd, const cv_bwd_mem *m,
                                 cl_kernel kernel, const char *name, bool dq, cl_mem tmp,
-                                size_t delta_off, int64_t tiles)
+                                size_t delta_off, int64_t tiles, const bwd_cfg *cfg)
 {
     const cv_attn_desc *d = &bd->a;
     cv_args a = common_args(kernel, bd, m, tmp, delta_off, c->flag);
@@ -155,11 +200,11 @@ static clvarlen_status run_main(cv_chain *c, const cv_bwd_desc *bd, const cv_bwd
         CV_ARG(a, o2);
         CV_ARG(a, s2);
     }
-    if (d->drop_p > 0.0f)
+    if (d->drop_p > 0.0f) /* the portable kernels only (bwd_mma_fits) */
         cv_attn_drop_args(&a, d);
     if (a.err != CL_SUCCESS)
         return cv_cl_check(c->ctx, a.err, "clSetKernelArg(attention backward)");
-    size_t local = BWD_WG;
+    size_t local = (size_t)cfg->wg;
     size_t global = (size_t)tiles * (size_t)(dq ? d->heads_q : d->heads_kv) * local;
     return cv_chain_run(c, kernel, name, 1, &global, &local);
 }
@@ -169,26 +214,28 @@ clvarlen_status cv_attn_cl_backward(cv_chain *c, const char *fn, const cv_bwd_de
 {
     clvarlen_context *ctx = c->ctx;
     const cv_attn_desc *d = &bd->a;
+    bwd_cfg cfg, pcfg;
+    bwd_config(ctx, bd, m, true, &cfg);
+    bwd_config(ctx, bd, m, false, &pcfg); /* delta: the portable file in both forms */
     /* Tiles: sum ceil(L_s / B) <= (T + N (B - 1)) / B, over queries and over keys. */
-    const int64_t q_tiles = (d->total_q + d->n_seqs * (BWD_BM - 1)) / BWD_BM;
-    const int64_t k_tiles = (d->total_k + d->n_seqs * (BWD_BN - 1)) / BWD_BN;
+    const int64_t q_tiles = (d->total_q + d->n_seqs * (cfg.query_tile - 1)) / cfg.query_tile;
+    const int64_t k_tiles = (d->total_k + d->n_seqs * (cfg.key_tile - 1)) / cfg.key_tile;
     const int64_t cap = q_tiles > k_tiles ? q_tiles : k_tiles;
     const int64_t wl_ints = 2 + 2 * cap + d->n_seqs + 1;
     if (wl_ints > INT32_MAX || cap * d->heads_q > ((int64_t)1 << 40))
         return cv_error(ctx, CLVARLEN_ERROR_OVERFLOW, "%s: %lld tiles are too many", fn,
                         (long long)cap);
-    char opts[320];
-    bwd_options(ctx, bd, opts, sizeof opts);
+    const char *file = cfg.mma ? "attention-bwd-nv.cl" : "attention-bwd.cl";
+    const char *n_kv = cfg.mma ? "attn_bwd_dkdv_mma" : "attn_bwd_dkdv";
+    const char *n_q = cfg.mma ? "attn_bwd_dq_mma" : "attn_bwd_dq";
     cl_kernel wlk = NULL, kd = NULL, kkv = NULL, kq = NULL;
     clvarlen_status st;
     if ((st = cv_get_kernel(ctx, "attention.cl", "-DCV_ATTN_AUX", "attn_worklist", &wlk)) !=
             CLVARLEN_SUCCESS ||
-        (st = cv_get_kernel(ctx, "attention-bwd.cl", opts, "attn_bwd_delta", &kd)) !=
+        (st = cv_get_kernel(ctx, "attention-bwd.cl", pcfg.opts, "attn_bwd_delta", &kd)) !=
             CLVARLEN_SUCCESS ||
-        (st = cv_get_kernel(ctx, "attention-bwd.cl", opts, "attn_bwd_dkdv", &kkv)) !=
-            CLVARLEN_SUCCESS ||
-        (st = cv_get_kernel(ctx, "attention-bwd.cl", opts, "attn_bwd_dq", &kq)) !=
-            CLVARLEN_SUCCESS)
+        (st = cv_get_kernel(ctx, file, cfg.opts, n_kv, &kkv)) != CLVARLEN_SUCCESS ||
+        (st = cv_get_kernel(ctx, file, cfg.opts, n_q, &kq)) != CLVARLEN_SUCCESS)
         return st;
     const size_t delta_off = ((size_t)wl_ints * 4 + 255) / 256 * 256;
     const size_t delta_bytes = (size_t)d->heads_q * (size_t)d->total_q * 4;
@@ -198,16 +245,16 @@ clvarlen_status cv_attn_cl_backward(cv_chain *c, const char *fn, const cv_bwd_de
     if (d->total_q > 0 && (st = run_delta(c, bd, m, kd, tmp, delta_off)) != CLVARLEN_SUCCESS)
         return st;
     if (d->total_k > 0) {
-        if ((st = run_worklist(c, wlk, m->f.cu_k, m->f.cu_k_off, d, d->total_k, BWD_BN, cap,
-                               tmp)) != CLVARLEN_SUCCESS ||
-            (st = run_main(c, bd, m, kkv, "attn_bwd_dkdv", false, tmp, delta_off, k_tiles)) !=
+        if ((st = run_worklist(c, wlk, m->f.cu_k, m->f.cu_k_off, d, d->total_k, cfg.key_tile,
+                               cap, tmp)) != CLVARLEN_SUCCESS ||
+            (st = run_main(c, bd, m, kkv, n_kv, false, tmp, delta_off, k_tiles, &cfg)) !=
                 CLVARLEN_SUCCESS)
             return st;
     }
     if (d->total_q > 0) {
-        if ((st = run_worklist(c, wlk, m->f.cu_q, m->f.cu_q_off, d, d->total_q, BWD_BM, cap,
-                               tmp)) != CLVARLEN_SUCCESS ||
-            (st = run_main(c, bd, m, kq, "attn_bwd_dq", true, tmp, delta_off, q_tiles)) !=
+        if ((st = run_worklist(c, wlk, m->f.cu_q, m->f.cu_q_off, d, d->total_q, cfg.query_tile,
+                               cap, tmp)) != CLVARLEN_SUCCESS ||
+            (st = run_main(c, bd, m, kq, n_q, true, tmp, delta_off, q_tiles, &cfg)) !=
                 CLVARLEN_SUCCESS)
             return st;
     }
