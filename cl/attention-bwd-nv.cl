@@ -8,13 +8,14 @@
  * summed by one lane in a fixed order (deterministic):
  *   attn_bwd_dkdv_mma  one work-group per (key tile of BN_KV = 16 * warps
  *       keys, KV head); warp w owns keys 16w .. 16w + 15, its K fragments in
- *       registers and V in local memory. Per query block of BM_KV rows (Q and
- *       dO staged by cp.async): S^T = K Q^T and dP^T = V dO^T, then P^T and
- *       dS^T on the accumulator fragments, then dV += P^T dO and dK += dS^T Q
- *       with the fragments going straight into the A operands.
+ *       registers and V in local memory. Per block of BM_KV query rows (Q and
+ *       dO staged by cp.async, the next block's load overlapping this one's
+ *       products): S^T = K Q^T and dP^T = V dO^T, then P^T and dS^T on the
+ *       accumulator fragments, then dV += P^T dO and dK += dS^T Q with the
+ *       fragments going straight into the A operands.
  *   attn_bwd_dq_mma  one work-group per (query tile of 16 * warps rows, query
- *       head); Q and dO fragments in registers; per key tile of BN_Q keys:
- *       S = Q K^T, dP = dO V^T, dS, dQ += dS K.
+ *       head); Q and dO fragments in registers; per key tile of BN_Q keys
+ *       (K and V double-buffered): S = Q K^T, dP = dO V^T, dS, dQ += dS K.
  * delta = dot(do, o) comes from attn_bwd_delta of the portable file.
  *
  * -D: CV_DTYPE (CV_DT_F16 or CV_DT_BF16), HEAD_DIM (multiple of 16, <= 128),
@@ -32,7 +33,7 @@
 #define NWARPS 4
 #endif
 #ifndef BM_KV
-#define BM_KV 32
+#define BM_KV 16
 #endif
 #ifndef BN_Q
 #define BN_Q 32
@@ -45,6 +46,13 @@
 #define KSTEPS (HEAD_DIM / 16)
 #define NT_D (HEAD_DIM / 8)    /* n8 tiles across the head dim */
 #define CPR (HEAD_DIM / 8)     /* 16-byte chunks per row */
+/* Local rows: dk/dv keeps V and two stages of Q and dO (K passes through the
+ * stages first); dq stages Q and dO, then two stages of K and V in their place. */
+#define KV_ROWS (BN_KV + 4 * BM_KV)
+#define Q_ROWS (2 * BM_Q)
+#if BN_KV > 4 * BM_KV || 4 * BN_Q > 2 * BM_Q
+#error "attention-bwd-nv.cl: tiles do not fit the staging layout"
+#endif
 
 // clvarlen-include: nv-mma.clh
 
@@ -116,15 +124,38 @@ inline void mma_store2(__global uchar *base, size_t el, float a, float b)
 #endif
 }
 
+/* Stages query block `it` (head kvh * group + it / n_rb, rows r_begin + (it %
+ * n_rb) * BM_KV ..) of the dk/dv kernel into buffer `buf`: Q and dO rows by
+ * cp.async (committed by the caller), the rows' visible keys, lse and delta
+ * by the first BM_KV work-items. */
+#define STAGE_BLOCK(it, buf)                                                                   \
+    do {                                                                                       \
+        const int h_ = kvh * group + (it) / n_rb, r0_ = r_begin + ((it) % n_rb) * BM_KV;        \
+        const int rows_ = min(BM_KV, lq - r0_);                                                \
+        __local ushort *qs_ = stages + (buf) * 2 * BM_KV * SROW;                               \
+        STAGE(qs_, BM_KV, qb, ((long)q0 + r0_ + rr_) * q_stride + (long)h_ * HEAD_DIM, rows_);  \
+        STAGE(qs_ + BM_KV * SROW, BM_KV, db,                                                   \
+              ((long)q0 + r0_ + rr_) * do_stride + (long)h_ * HEAD_DIM, rows_);                 \
+        if (lid < BM_KV) {                                                                     \
+            const int t_ = q0 + r0_ + lid;                                                     \
+            const float l_ = lid < rows_ ? lse[(size_t)h_ * total_q + t_] : -INFINITY;         \
+            const int2 rg_ = lid < rows_ ? mma_row_range(q_pos, t_, r0_ + lid, lq, lk, l_,     \
+                                                         causal, window_left, window_right)    \
+                                         : (int2)(1, 0);                                       \
+            lo_s[buf][lid] = rg_.x;                                                            \
+            hi_s[buf][lid] = rg_.y;                                                            \
+            lse2_s[buf][lid] = isfinite(l_) ? l_ * M_LOG2E_F : 0.0f;                           \
+            dl_s[buf][lid] = lid < rows_ ? delta[(size_t)h_ * total_q + t_] : 0.0f;            \
+        }                                                                                      \
+    } while (0)
+
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1)))
 void attn_bwd_dkdv_mma(BWD_MMA_ARGS, __global uchar *dk, ulong dk_off, long dk_stride,
                        __global uchar *dv, ulong dv_off, long dv_stride)
 {
-    /* V [BN_KV] (resident), then Q and dO [BM_KV] (per query block); K
-     * passes through the Q space into registers first. */
-    __local ushort smem[(BN_KV + 2 * BM_KV) * SROW] __attribute__((aligned(16)));
-    __local float lse2_s[BM_KV], dl_s[BM_KV];
-    __local int lo_s[BM_KV], hi_s[BM_KV];
+    __local ushort smem[KV_ROWS * SROW] __attribute__((aligned(16)));
+    __local float lse2_s[2][BM_KV], dl_s[2][BM_KV];
+    __local int lo_s[2][BM_KV], hi_s[2][BM_KV];
     EMU_DECL
 #ifndef CV_NV_PTX
     __local uint *emu = emu_scratch;
@@ -152,10 +183,10 @@ void attn_bwd_dkdv_mma(BWD_MMA_ARGS, __global uchar *dk, ulong dk_off, long dk_s
     const int group = heads_q / heads_kv;
     __global const uchar *qb = q + q_off, *kb_ = k + k_off, *vb = v + v_off;
     __global const uchar *db = dout + do_off;
-    __local ushort *Vs = smem, *Qs = smem + BN_KV * SROW, *Ds = Qs + BM_KV * SROW;
+    __local ushort *Vs = smem, *stages = smem + BN_KV * SROW;
 
-    /* K through the Q/dO space into registers; V stays. */
-    STAGE(Qs, BN_KV, kb_, ((long)k0 + kb + rr_) * k_stride + (long)kvh * HEAD_DIM, nvalid);
+    /* K through the stages into registers; V stays. */
+    STAGE(stages, BN_KV, kb_, ((long)k0 + kb + rr_) * k_stride + (long)kvh * HEAD_DIM, nvalid);
     STAGE(Vs, BN_KV, vb, ((long)k0 + kb + rr_) * v_stride + (long)kvh * HEAD_DIM, nvalid);
     cp_async_commit();
     cp_async_wait_all();
@@ -163,9 +194,10 @@ void attn_bwd_dkdv_mma(BWD_MMA_ARGS, __global uchar *dk, ulong dk_off, long dk_s
     uint4 kf[KSTEPS];
     UNROLL
     for (int ks = 0; ks < KSTEPS; ks++)
-        kf[ks] = ldsm_x4(Qs + (warp * 16 + (lane & 15)) * SROW + ks * 16 + (lane >> 4) * 8);
+        kf[ks] = ldsm_x4(stages + (warp * 16 + (lane & 15)) * SROW + ks * 16 + (lane >> 4) * 8);
 
-    /* The query rows that can see these keys (all of them with q_pos). */
+    /* The query rows that can see these keys (all of them with q_pos), in
+     * blocks of BM_KV, for each query head of the group. */
     int r_begin = 0, r_end = lq;
     if (!q_pos) {
         const long dd = (long)lk - lq;
@@ -177,6 +209,8 @@ void attn_bwd_dkdv_mma(BWD_MMA_ARGS, __global uchar *dk, ulong dk_off, long dk_s
         if (window_left >= 0)
             r_end = (int)clamp((long)kb + nvalid - dd + window_left, 0L, (long)lq);
     }
+    const int n_rb = r_end > r_begin ? (r_end - r_begin + BM_KV - 1) / BM_KV : 0;
+    const int n_it = group * n_rb;
 
     float4 dka[NT_D], dva[NT_D];
     UNROLL
@@ -185,92 +219,84 @@ void attn_bwd_dkdv_mma(BWD_MMA_ARGS, __global uchar *dk, ulong dk_off, long dk_s
     /* This lane's keys (rows of S^T): kb + warp * 16 + g and + 8. */
     const int key0 = kb + warp * 16 + g;
 
-    for (int hh = 0; hh < group; hh++) {
-        const int h = kvh * group + hh;
-        for (int r0 = r_begin; r0 < r_end; r0 += BM_KV) {
-            const int rows = min(BM_KV, lq - r0);
-            barrier(CLK_LOCAL_MEM_FENCE); /* the last block's Q, dO and row data are read */
-            STAGE(Qs, BM_KV, qb, ((long)q0 + r0 + rr_) * q_stride + (long)h * HEAD_DIM, rows);
-            STAGE(Ds, BM_KV, db, ((long)q0 + r0 + rr_) * do_stride + (long)h * HEAD_DIM, rows);
+    barrier(CLK_LOCAL_MEM_FENCE); /* every warp holds its K fragments */
+    if (n_it > 0) {
+        STAGE_BLOCK(0, 0);
+        cp_async_commit();
+    }
+    for (int it = 0; it < n_it; it++) {
+        const int buf = it & 1;
+        cp_async_wait_all();
+        barrier(CLK_LOCAL_MEM_FENCE); /* block it staged; block it - 1 read by everyone */
+        if (it + 1 < n_it) {
+            STAGE_BLOCK(it + 1, buf ^ 1);
             cp_async_commit();
-            if (lid < BM_KV) {
-                const int t = q0 + r0 + lid;
-                const float l = lid < rows ? lse[(size_t)h * total_q + t] : -INFINITY;
-                const int2 rg = lid < rows ? mma_row_range(q_pos, t, r0 + lid, lq, lk, l, causal,
-                                                           window_left, window_right)
-                                           : (int2)(1, 0);
-                lo_s[lid] = rg.x;
-                hi_s[lid] = rg.y;
-                lse2_s[lid] = isfinite(l) ? l * M_LOG2E_F : 0.0f;
-                dl_s[lid] = lid < rows ? delta[(size_t)h * total_q + t] : 0.0f;
-            }
-            cp_async_wait_all();
-            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        __local ushort *Qs = stages + buf * 2 * BM_KV * SROW, *Ds = Qs + BM_KV * SROW;
 
-            /* S^T = K Q^T and dP^T = V dO^T: 16 keys x BM_KV queries per warp. */
-            float4 st[BM_KV / 8], dpt[BM_KV / 8];
+        /* S^T = K Q^T and dP^T = V dO^T: 16 keys x BM_KV queries per warp. */
+        float4 st[BM_KV / 8], dpt[BM_KV / 8];
+        UNROLL
+        for (int n = 0; n < BM_KV / 8; n++)
+            st[n] = dpt[n] = (float4)(0.0f);
+        UNROLL
+        for (int ks = 0; ks < KSTEPS; ks++) {
+            const uint4 va =
+                ldsm_x4(Vs + (warp * 16 + (lane & 15)) * SROW + ks * 16 + (lane >> 4) * 8);
             UNROLL
-            for (int n = 0; n < BM_KV / 8; n++)
-                st[n] = dpt[n] = (float4)(0.0f);
-            UNROLL
-            for (int ks = 0; ks < KSTEPS; ks++) {
-                const uint4 va =
-                    ldsm_x4(Vs + (warp * 16 + (lane & 15)) * SROW + ks * 16 + (lane >> 4) * 8);
-                UNROLL
-                for (int np = 0; np < BM_KV / 16; np++) {
-                    const int off = (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * SROW +
-                                    ks * 16 + ((lane >> 3) & 1) * 8;
-                    const uint4 bq = ldsm_x4(Qs + off), bd = ldsm_x4(Ds + off);
-                    st[2 * np] = mma16816(kf[ks], bq.x, bq.y, st[2 * np]);
-                    st[2 * np + 1] = mma16816(kf[ks], bq.z, bq.w, st[2 * np + 1]);
-                    dpt[2 * np] = mma16816(va, bd.x, bd.y, dpt[2 * np]);
-                    dpt[2 * np + 1] = mma16816(va, bd.z, bd.w, dpt[2 * np + 1]);
-                }
+            for (int np = 0; np < BM_KV / 16; np++) {
+                const int off = (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * SROW + ks * 16 +
+                                ((lane >> 3) & 1) * 8;
+                const uint4 bq = ldsm_x4(Qs + off), bd = ldsm_x4(Ds + off);
+                st[2 * np] = mma16816(kf[ks], bq.x, bq.y, st[2 * np]);
+                st[2 * np + 1] = mma16816(kf[ks], bq.z, bq.w, st[2 * np + 1]);
+                dpt[2 * np] = mma16816(va, bd.x, bd.y, dpt[2 * np]);
+                dpt[2 * np + 1] = mma16816(va, bd.z, bd.w, dpt[2 * np + 1]);
             }
+        }
 
-            /* P^T and dS^T as A fragments (k = the block's queries). */
-            uint4 pa[BM_KV / 16], da[BM_KV / 16];
+        /* P^T and dS^T as A fragments (k = the block's queries). */
+        uint4 pa[BM_KV / 16], da[BM_KV / 16];
+        UNROLL
+        for (int n = 0; n < BM_KV / 8; n++) {
+            float x[4] = {st[n].x, st[n].y, st[n].z, st[n].w};
+            float y[4] = {dpt[n].x, dpt[n].y, dpt[n].z, dpt[n].w};
+            float pp[4], dd[4];
             UNROLL
-            for (int n = 0; n < BM_KV / 8; n++) {
-                float x[4] = {st[n].x, st[n].y, st[n].z, st[n].w};
-                float y[4] = {dpt[n].x, dpt[n].y, dpt[n].z, dpt[n].w};
-                float pp[4], dd[4];
-                UNROLL
-                for (int e = 0; e < 4; e++) {
-                    const int col = n * 8 + 2 * t4 + (e & 1), key = key0 + 8 * (e >> 1);
-                    const bool vis = key >= lo_s[col] && key <= hi_s[col];
-                    const float2 r = mma_p_ds(x[e], y[e], lse2_s[col], dl_s[col], vis,
-                                              scale_log2, scale, softcap);
-                    pp[e] = r.x;
-                    dd[e] = r.y;
-                }
-                const uint p_lo = pack2(pp[0], pp[1]), p_hi = pack2(pp[2], pp[3]);
-                const uint d_lo = pack2(dd[0], dd[1]), d_hi = pack2(dd[2], dd[3]);
-                if ((n & 1) == 0) {
-                    pa[n >> 1].x = p_lo;
-                    pa[n >> 1].y = p_hi;
-                    da[n >> 1].x = d_lo;
-                    da[n >> 1].y = d_hi;
-                } else {
-                    pa[n >> 1].z = p_lo;
-                    pa[n >> 1].w = p_hi;
-                    da[n >> 1].z = d_lo;
-                    da[n >> 1].w = d_hi;
-                }
+            for (int e = 0; e < 4; e++) {
+                const int col = n * 8 + 2 * t4 + (e & 1), key = key0 + 8 * (e >> 1);
+                const bool vis = key >= lo_s[buf][col] && key <= hi_s[buf][col];
+                const float2 r = mma_p_ds(x[e], y[e], lse2_s[buf][col], dl_s[buf][col], vis,
+                                          scale_log2, scale, softcap);
+                pp[e] = r.x;
+                dd[e] = r.y;
             }
+            const uint p_lo = pack2(pp[0], pp[1]), p_hi = pack2(pp[2], pp[3]);
+            const uint d_lo = pack2(dd[0], dd[1]), d_hi = pack2(dd[2], dd[3]);
+            if ((n & 1) == 0) {
+                pa[n >> 1].x = p_lo;
+                pa[n >> 1].y = p_hi;
+                da[n >> 1].x = d_lo;
+                da[n >> 1].y = d_hi;
+            } else {
+                pa[n >> 1].z = p_lo;
+                pa[n >> 1].w = p_hi;
+                da[n >> 1].z = d_lo;
+                da[n >> 1].w = d_hi;
+            }
+        }
 
-            /* dV += P^T dO, dK += dS^T Q (B: the staged rows, transposed). */
+        /* dV += P^T dO, dK += dS^T Q (B: the staged rows, transposed). */
+        UNROLL
+        for (int kk = 0; kk < BM_KV / 16; kk++) {
             UNROLL
-            for (int kk = 0; kk < BM_KV / 16; kk++) {
-                UNROLL
-                for (int dp = 0; dp < NT_D / 2; dp++) {
-                    const int off = (kk * 16 + (lane & 15)) * SROW + dp * 16 + (lane >> 4) * 8;
-                    const uint4 bd = ldsm_x4_trans(Ds + off), bq = ldsm_x4_trans(Qs + off);
-                    dva[2 * dp] = mma16816(pa[kk], bd.x, bd.y, dva[2 * dp]);
-                    dva[2 * dp + 1] = mma16816(pa[kk], bd.z, bd.w, dva[2 * dp + 1]);
-                    dka[2 * dp] = mma16816(da[kk], bq.x, bq.y, dka[2 * dp]);
-                    dka[2 * dp + 1] = mma16816(da[kk], bq.z, bq.w, dka[2 * dp + 1]);
-                }
+            for (int dp = 0; dp < NT_D / 2; dp++) {
+                const int off = (kk * 16 + (lane & 15)) * SROW + dp * 16 + (lane >> 4) * 8;
+                const uint4 bd = ldsm_x4_trans(Ds + off), bq = ldsm_x4_trans(Qs + off);
+                dva[2 * dp] = mma16816(pa[kk], bd.x, bd.y, dva[2 * dp]);
+                dva[2 * dp + 1] = mma16816(pa[kk], bd.z, bd.w, dva[2 * dp + 1]);
+                dka[2 * dp] = mma16816(da[kk], bq.x, bq.y, dka[2 * dp]);
+                dka[2 * dp + 1] = mma16816(da[kk], bq.z, bq.w, dka[2 * dp + 1]);
             }
         }
     }
@@ -294,9 +320,8 @@ void attn_bwd_dkdv_mma(BWD_MMA_ARGS, __global uchar *dk, ulong dk_off, long dk_s
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1)))
 void attn_bwd_dq_mma(BWD_MMA_ARGS, __global uchar *dq, ulong dq_off, long dq_stride)
 {
-    /* Q and dO [BM_Q] first (into registers), then K and V [BN_Q] per key tile. */
-    __local ushort smem[(2 * BM_Q > 2 * BN_Q ? 2 * BM_Q : 2 * BN_Q) * SROW]
-        __attribute__((aligned(16)));
+    /* Q and dO [BM_Q] first (into registers), then K and V [BN_Q], two stages. */
+    __local ushort smem[Q_ROWS * SROW] __attribute__((aligned(16)));
     __local int range[2];
     EMU_DECL
 #ifndef CV_NV_PTX
@@ -325,7 +350,6 @@ void attn_bwd_dq_mma(BWD_MMA_ARGS, __global uchar *dq, ulong dq_off, long dq_str
     const int kvh = h / (heads_q / heads_kv);
     __global const uchar *qb = q + q_off, *kb_ = k + k_off, *vb = v + v_off;
     __global const uchar *db = dout + do_off;
-    __local ushort *Ks = smem, *Vs = smem + BN_Q * SROW;
 
     STAGE(smem, BM_Q, qb, ((long)q0 + row0 + rr_) * q_stride + (long)h * HEAD_DIM, rows);
     STAGE(smem + BM_Q * SROW, BM_Q, db, ((long)q0 + row0 + rr_) * do_stride + (long)h * HEAD_DIM,
@@ -376,14 +400,27 @@ void attn_bwd_dq_mma(BWD_MMA_ARGS, __global uchar *dq, ulong dq_off, long dq_str
     for (int n = 0; n < NT_D; n++)
         dqa[n] = (float4)(0.0f);
     const int nblocks = kmin <= kmax ? (kmax - kmin) / BN_Q + 1 : 0;
-    for (int blk = 0; blk < nblocks; blk++) {
-        const int kb = kmin + blk * BN_Q, nvalid = min(BN_Q, kmax + 1 - kb);
-        barrier(CLK_LOCAL_MEM_FENCE); /* Q/dO fragments (first tile) or the last K, V read */
-        STAGE(Ks, BN_Q, kb_, ((long)k0 + kb + rr_) * k_stride + (long)kvh * HEAD_DIM, nvalid);
-        STAGE(Vs, BN_Q, vb, ((long)k0 + kb + rr_) * v_stride + (long)kvh * HEAD_DIM, nvalid);
+    barrier(CLK_LOCAL_MEM_FENCE); /* every warp holds its Q and dO fragments */
+    if (nblocks > 0) {
+        const int nv0 = min(BN_Q, kmax + 1 - kmin);
+        STAGE(smem, BN_Q, kb_, ((long)k0 + kmin + rr_) * k_stride + (long)kvh * HEAD_DIM, nv0);
+        STAGE(smem + BN_Q * SROW, BN_Q, vb,
+              ((long)k0 + kmin + rr_) * v_stride + (long)kvh * HEAD_DIM, nv0);
         cp_async_commit();
+    }
+    for (int blk = 0; blk < nblocks; blk++) {
+        const int kb = kmin + blk * BN_Q;
+        __local ushort *Ks = smem + (blk & 1) * 2 * BN_Q * SROW, *Vs = Ks + BN_Q * SROW;
         cp_async_wait_all();
-        barrier(CLK_LOCAL_MEM_FENCE);
+        barrier(CLK_LOCAL_MEM_FENCE); /* tile blk staged; tile blk - 1 read by everyone */
+        if (blk + 1 < nblocks) { /* the next tile loads while this one computes */
+            const int kn = kb + BN_Q, nvn = min(BN_Q, kmax + 1 - kn);
+            __local ushort *Kn = smem + ((blk + 1) & 1) * 2 * BN_Q * SROW;
+            STAGE(Kn, BN_Q, kb_, ((long)k0 + kn + rr_) * k_stride + (long)kvh * HEAD_DIM, nvn);
+            STAGE(Kn + BN_Q * SROW, BN_Q, vb,
+                  ((long)k0 + kn + rr_) * v_stride + (long)kvh * HEAD_DIM, nvn);
+            cp_async_commit();
+        }
         float4 s[BN_Q / 8], dp[BN_Q / 8];
         UNROLL
         for (int n = 0; n < BN_Q / 8; n++)

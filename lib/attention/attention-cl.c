@@ -58,6 +58,19 @@ static bool mma_fits(const cv_attn_desc *d, const cv_attn_mem *m)
            d->o_stride % 8 == 0;
 }
 
+int cv_attn_knob(const char *var, const char *name, int fallback)
+{
+    const char *e = getenv(var);
+    size_t n = strlen(name);
+    for (const char *p = e; p && *p;) {
+        if (strncmp(p, name, n) == 0 && p[n] == '=')
+            return atoi(p + n + 1);
+        p = strchr(p, ',');
+        p = p ? p + 1 : NULL;
+    }
+    return fallback;
+}
+
 bool cv_attn_mma_device(const clvarlen_context *ctx)
 {
     int force = kernel_override();

@@ -61,6 +61,9 @@ typedef struct cv_bwd_mem {
 clvarlen_status cv_attn_cl_backward(cv_chain *c, const char *fn, const cv_bwd_desc *bd,
                                     const cv_bwd_mem *m);
 
+/** Knob `name` of a benchmark tuning variable var="name=N,..." (fallback when absent). */
+int cv_attn_knob(const char *var, const char *name, int fallback);
+
 /** Whether attention runs tensor-core kernels on this context where the shapes allow
  * (NVIDIA with mma, or CLVARLEN_ATTENTION_KERNEL=mma for the emulated form). */
 bool cv_attn_mma_device(const clvarlen_context *ctx);

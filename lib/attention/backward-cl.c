@@ -17,10 +17,19 @@
 #define BWD_BM 32
 #define BWD_BN 32
 /* Tensor-core kernels (cl/attention-bwd-nv.cl): 4 warps, 64-key dk/dv tiles
- * over 32-row query blocks, 64-row dq tiles over 32-key blocks. */
+ * over 16-row query blocks, 64-row dq tiles over 32-key blocks (both double
+ * buffered within 35 KiB of local memory). */
 #define MMA_WARPS 4
-#define MMA_BM_KV 32
+#define MMA_BM_KV 16
 #define MMA_BN_Q 32
+
+/* CLVARLEN_ATTN_BWD_TUNING="name=N,..." (benchmarks): bnq (the dq kernel's keys
+ * per tile, 16 or 32) and pass (a mask of the passes that run: 1 delta, 2 dk/dv,
+ * 4 dq; anything but 7 gives wrong gradients, for timing one pass). */
+static int knob(const char *name, int fallback)
+{
+    return cv_attn_knob("CLVARLEN_ATTN_BWD_TUNING", name, fallback);
+}
 
 /* The kernels of a call: file, names, tile sizes, work-group size and options. */
 typedef struct bwd_cfg {
@@ -60,7 +69,7 @@ static void bwd_config(const clvarlen_context *ctx, const cv_bwd_desc *bd, const
         snprintf(cfg->opts, sizeof cfg->opts,
                  "-DCV_DTYPE=%d -DHEAD_DIM=%d -DNWARPS=%d -DBM_KV=%d -DBN_Q=%d%s%s",
                  cv_dtype_kernel_code(d->dtype), (int)d->head_dim, MMA_WARPS, MMA_BM_KV,
-                 MMA_BN_Q, bd->grad_dtype == CLVARLEN_DTYPE_F32 ? " -DGRAD_F32=1" : "",
+                 knob("bnq", MMA_BN_Q) == 16 ? 16 : MMA_BN_Q, bd->grad_dtype == CLVARLEN_DTYPE_F32 ? " -DGRAD_F32=1" : "",
                  ctx->device.vendor == CLVARLEN_VENDOR_NVIDIA ? " -DCV_NV_PTX=1" : "");
         return;
     }
@@ -242,16 +251,18 @@ clvarlen_status cv_attn_cl_backward(cv_chain *c, const char *fn, const cv_bwd_de
     cl_mem tmp = NULL;
     if ((st = cv_temp(ctx, delta_off + delta_bytes + 4, &tmp)) != CLVARLEN_SUCCESS)
         return st;
-    if (d->total_q > 0 && (st = run_delta(c, bd, m, kd, tmp, delta_off)) != CLVARLEN_SUCCESS)
+    const int passes = knob("pass", 7);
+    if (d->total_q > 0 && (passes & 1) &&
+        (st = run_delta(c, bd, m, kd, tmp, delta_off)) != CLVARLEN_SUCCESS)
         return st;
-    if (d->total_k > 0) {
+    if (d->total_k > 0 && (passes & 2)) {
         if ((st = run_worklist(c, wlk, m->f.cu_k, m->f.cu_k_off, d, d->total_k, cfg.key_tile,
                                cap, tmp)) != CLVARLEN_SUCCESS ||
             (st = run_main(c, bd, m, kkv, n_kv, false, tmp, delta_off, k_tiles, &cfg)) !=
                 CLVARLEN_SUCCESS)
             return st;
     }
-    if (d->total_q > 0) {
+    if (d->total_q > 0 && (passes & 4)) {
         if ((st = run_worklist(c, wlk, m->f.cu_q, m->f.cu_q_off, d, d->total_q, cfg.query_tile,
                                cap, tmp)) != CLVARLEN_SUCCESS ||
             (st = run_main(c, bd, m, kq, n_q, true, tmp, delta_off, q_tiles, &cfg)) !=

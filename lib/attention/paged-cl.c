@@ -119,15 +119,7 @@ static bool use_decode_kernel(const cv_attn_desc *d)
  * and for longer rows, 1 and 0) and pbn (its keys per tile, 64). */
 static int tuning_knob(const char *name, int fallback)
 {
-    const char *e = getenv("CLVARLEN_PAGED_TUNING");
-    size_t n = strlen(name);
-    for (const char *p = e; p && *p;) {
-        if (strncmp(p, name, n) == 0 && p[n] == '=')
-            return atoi(p + n + 1);
-        p = strchr(p, ',');
-        p = p ? p + 1 : NULL;
-    }
-    return fallback;
+    return cv_attn_knob("CLVARLEN_PAGED_TUNING", name, fallback);
 }
 
 typedef struct paged_cfg {
