@@ -570,8 +570,8 @@ int main(int argc, char **argv)
         }
     }
     if (list) {
-        const oc_case *tables[] = {oc_segment_cases, oc_nn_cases, oc_paged_cases};
-        for (int k = 0; k < 3; k++)
+        const oc_case *tables[] = {oc_segment_cases, oc_nn_cases, oc_paged_cases, oc_bwd_cases};
+        for (int k = 0; k < 4; k++)
             for (const oc_case *t = tables[k]; t->name; t++)
                 if (matches(t->name, argc, argv, first))
                     printf("%s\n", t->name);
@@ -601,6 +601,7 @@ int main(int argc, char **argv)
     int failed = run_table(&r, oc_segment_cases, argc, argv, first, &ran);
     failed += run_table(&r, oc_nn_cases, argc, argv, first, &ran);
     failed += run_table(&r, oc_paged_cases, argc, argv, first, &ran);
+    failed += run_table(&r, oc_bwd_cases, argc, argv, first, &ran);
     printf("%d cases, %d failed\n", ran, failed);
     clvarlen_context_destroy(r.dev);
     clvarlen_context_destroy(r.cpu);

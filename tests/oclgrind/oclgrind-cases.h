@@ -3,7 +3,7 @@
  * run-oclgrind.sh) and once on the CPU fallback, outputs compared. The
  * harness and the segment cases are in oclgrind-cases.c, the attention and
  * gated delta cases in oclgrind-cases-nn.c, the paged KV cache's in
- * oclgrind-cases-paged.c.
+ * oclgrind-cases-paged.c, the attention backward's in oclgrind-cases-bwd.c.
  */
 #ifndef CLVARLEN_OCLGRIND_CASES_H
 #define CLVARLEN_OCLGRIND_CASES_H
@@ -62,5 +62,6 @@ int oc_read(oc_run *r, cl_mem mem, void *host, size_t bytes);
 extern const oc_case oc_segment_cases[];
 extern const oc_case oc_nn_cases[];
 extern const oc_case oc_paged_cases[];
+extern const oc_case oc_bwd_cases[];
 
 #endif
