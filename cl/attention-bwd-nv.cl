@@ -9,8 +9,8 @@
  *   attn_bwd_dkdv_mma  one work-group per (key tile of BN_KV = 16 * warps
  *       keys, KV head); warp w owns keys 16w .. 16w + 15, its K fragments in
  *       registers and V in local memory. Per block of BM_KV query rows (Q and
- *       dO staged by cp.async, the next block's load overlapping this one's
- *       products): S^T = K Q^T and dP^T = V dO^T, then P^T and dS^T on the
+ *       dO staged by cp.async; with NSTAGE 2 the next block's load overlaps
+ *       this one's products): S^T = K Q^T and dP^T = V dO^T, then P^T and dS^T on the
  *       accumulator fragments, then dV += P^T dO and dK += dS^T Q with the
  *       fragments going straight into the A operands.
  *   attn_bwd_dq_mma  one work-group per (query tile of 16 * warps rows, query
@@ -19,7 +19,8 @@
  * delta = dot(do, o) comes from attn_bwd_delta of the portable file.
  *
  * -D: CV_DTYPE (CV_DT_F16 or CV_DT_BF16), HEAD_DIM (multiple of 16, <= 128),
- * NWARPS, BM_KV and BN_Q (multiples of 16), GRAD_F32 (optional: f32 outputs).
+ * NWARPS, BM_KV and BN_Q (multiples of 16), NSTAGE (1 or 2), GRAD_F32 (optional: f32
+ * outputs).
  * Dropout runs the portable kernels (the host's choice).
  */
 
@@ -33,7 +34,13 @@
 #define NWARPS 4
 #endif
 #ifndef BM_KV
-#define BM_KV 16
+#define BM_KV 32
+#endif
+/* Buffers of Q/dO blocks in the dk/dv kernel: 2 overlaps the next block's
+ * load with this one's products (BM_KV 16 fits 48 KiB), 1 does not (BM_KV 32;
+ * measured faster on an H100: fewer, larger steps). */
+#ifndef NSTAGE
+#define NSTAGE 1
 #endif
 #ifndef BN_Q
 #define BN_Q 32
@@ -48,9 +55,9 @@
 #define CPR (HEAD_DIM / 8)     /* 16-byte chunks per row */
 /* Local rows: dk/dv keeps V and two stages of Q and dO (K passes through the
  * stages first); dq stages Q and dO, then two stages of K and V in their place. */
-#define KV_ROWS (BN_KV + 4 * BM_KV)
+#define KV_ROWS (BN_KV + 2 * NSTAGE * BM_KV)
 #define Q_ROWS (2 * BM_Q)
-#if BN_KV > 4 * BM_KV || 4 * BN_Q > 2 * BM_Q
+#if BN_KV > 2 * NSTAGE * BM_KV || 4 * BN_Q > 2 * BM_Q
 #error "attention-bwd-nv.cl: tiles do not fit the staging layout"
 #endif
 
@@ -154,8 +161,8 @@ void attn_bwd_dkdv_mma(BWD_MMA_ARGS, __global uchar *dk, ulong dk_off, long dk_s
                        __global uchar *dv, ulong dv_off, long dv_stride)
 {
     __local ushort smem[KV_ROWS * SROW] __attribute__((aligned(16)));
-    __local float lse2_s[2][BM_KV], dl_s[2][BM_KV];
-    __local int lo_s[2][BM_KV], hi_s[2][BM_KV];
+    __local float lse2_s[NSTAGE][BM_KV], dl_s[NSTAGE][BM_KV];
+    __local int lo_s[NSTAGE][BM_KV], hi_s[NSTAGE][BM_KV];
     EMU_DECL
 #ifndef CV_NV_PTX
     __local uint *emu = emu_scratch;
@@ -219,12 +226,15 @@ void attn_bwd_dkdv_mma(BWD_MMA_ARGS, __global uchar *dk, ulong dk_off, long dk_s
     /* This lane's keys (rows of S^T): kb + warp * 16 + g and + 8. */
     const int key0 = kb + warp * 16 + g;
 
+#if NSTAGE == 2
     barrier(CLK_LOCAL_MEM_FENCE); /* every warp holds its K fragments */
     if (n_it > 0) {
         STAGE_BLOCK(0, 0);
         cp_async_commit();
     }
+#endif
     for (int it = 0; it < n_it; it++) {
+#if NSTAGE == 2
         const int buf = it & 1;
         cp_async_wait_all();
         barrier(CLK_LOCAL_MEM_FENCE); /* block it staged; block it - 1 read by everyone */
@@ -232,6 +242,14 @@ void attn_bwd_dkdv_mma(BWD_MMA_ARGS, __global uchar *dk, ulong dk_off, long dk_s
             STAGE_BLOCK(it + 1, buf ^ 1);
             cp_async_commit();
         }
+#else
+        const int buf = 0;
+        barrier(CLK_LOCAL_MEM_FENCE); /* K fragments held; block it - 1 read by everyone */
+        STAGE_BLOCK(it, 0);
+        cp_async_commit();
+        cp_async_wait_all();
+        barrier(CLK_LOCAL_MEM_FENCE);
+#endif
         __local ushort *Qs = stages + buf * 2 * BM_KV * SROW, *Ds = Qs + BM_KV * SROW;
 
         /* S^T = K Q^T and dP^T = V dO^T: 16 keys x BM_KV queries per warp. */

@@ -17,14 +17,16 @@
 #define BWD_BM 32
 #define BWD_BN 32
 /* Tensor-core kernels (cl/attention-bwd-nv.cl): 4 warps, 64-key dk/dv tiles
- * over 16-row query blocks, 64-row dq tiles over 32-key blocks (both double
- * buffered within 35 KiB of local memory). */
+ * over 32-row query blocks (single-buffered: on an H100 5.6 against 4.5 ms for
+ * 16-row blocks double-buffered, 16 x 16384 tokens), 64-row dq tiles over
+ * double-buffered 32-key tiles; 35 KiB of local memory each. */
 #define MMA_WARPS 4
-#define MMA_BM_KV 16
+#define MMA_BM_KV 32
 #define MMA_BN_Q 32
 
 /* CLVARLEN_ATTN_BWD_TUNING="name=N,..." (benchmarks): bnq (the dq kernel's keys
- * per tile, 16 or 32) and pass (a mask of the passes that run: 1 delta, 2 dk/dv,
+ * per tile, 16 or 32), stage2 (1: the dk/dv kernel's 16-row double-buffered
+ * form) and pass (a mask of the passes that run: 1 delta, 2 dk/dv,
  * 4 dq; anything but 7 gives wrong gradients, for timing one pass). */
 static int knob(const char *name, int fallback)
 {
@@ -67,8 +69,9 @@ static void bwd_config(const clvarlen_context *ctx, const cv_bwd_desc *bd, const
         cfg->query_tile = 16 * MMA_WARPS;
         cfg->wg = 32 * MMA_WARPS;
         snprintf(cfg->opts, sizeof cfg->opts,
-                 "-DCV_DTYPE=%d -DHEAD_DIM=%d -DNWARPS=%d -DBM_KV=%d -DBN_Q=%d%s%s",
-                 cv_dtype_kernel_code(d->dtype), (int)d->head_dim, MMA_WARPS, MMA_BM_KV,
+                 "-DCV_DTYPE=%d -DHEAD_DIM=%d -DNWARPS=%d -DBM_KV=%d -DNSTAGE=%d -DBN_Q=%d%s%s",
+                 cv_dtype_kernel_code(d->dtype), (int)d->head_dim, MMA_WARPS,
+                 knob("stage2", 0) ? 16 : MMA_BM_KV, knob("stage2", 0) ? 2 : 1,
                  knob("bnq", MMA_BN_Q) == 16 ? 16 : MMA_BN_Q, bd->grad_dtype == CLVARLEN_DTYPE_F32 ? " -DGRAD_F32=1" : "",
                  ctx->device.vendor == CLVARLEN_VENDOR_NVIDIA ? " -DCV_NV_PTX=1" : "");
         return;
@@ -135,8 +138,10 @@ static clvarlen_status run_delta(cv_chain *c, const cv_bwd_desc *bd, const cv_bw
     CV_ARG(a, c->flag);
     if (a.err != CL_SUCCESS)
         return cv_cl_check(c->ctx, a.err, "clSetKernelArg(attn_bwd_delta)");
-    size_t local = BWD_WG;
-    size_t global = (size_t)((d->total_q * d->heads_q + BWD_WG - 1) / BWD_WG) * BWD_WG;
+    /* 16 work-items per row, 256 per work-group (DELTA_* of cl/attention-bwd.cl). */
+    const int64_t rows_per_wg = 16;
+    size_t local = 256;
+    size_t global = (size_t)((d->total_q * d->heads_q + rows_per_wg - 1) / rows_per_wg) * local;
     return cv_chain_run(c, kernel, "attn_bwd_delta", 1, &global, &local);
 }
 
