@@ -51,7 +51,7 @@ static uint32_t struct_size(fz_reader *r, uint32_t init)
     return b < 248 ? init : b % 2 ? 0 : init - 4;
 }
 
-static void attn_params(fz_call *c, clvarlen_attention_params *p)
+void fz_attn_params(fz_call *c, clvarlen_attention_params *p)
 {
     fz_reader *r = c->r;
     clvarlen_attention_params_init(p);
@@ -78,6 +78,9 @@ static void attn_params(fz_call *c, clvarlen_attention_params *p)
     p->window_left = fz_u8(r) < 160 ? -1 : fz_count32(r, 6);
     p->window_right = fz_u8(r) < 160 ? -1 : fz_count32(r, 6);
     p->softcap = fz_u8(r) < 200 ? 0.0f : fz_float(r, 5.0f);
+    p->dropout_p = fz_u8(r) < 216 ? 0.0f : fz_float(r, 0.25f);
+    p->dropout_seed = fz_u64(r);
+    p->dropout_offset = fz_u64(r);
 }
 
 static int dim_ok(int32_t d)
@@ -85,7 +88,7 @@ static int dim_ok(int32_t d)
     return d >= 16 && d <= 256 && d % 16 == 0;
 }
 
-static void attn_must_fail(fz_call *c, const clvarlen_attention_params *p)
+void fz_attn_must_fail(fz_call *c, const clvarlen_attention_params *p)
 {
     fz_must_fail(c, p->struct_size < sizeof *p, "struct_size below the struct");
     fz_bad_size(c, !is_act(p->dtype), "dtype not f32, f16 or bf16");
@@ -98,14 +101,15 @@ static void attn_must_fail(fz_call *c, const clvarlen_attention_params *p)
     fz_must_fail(c, p->window_left < -1 || p->window_right < -1, "window below -1");
     fz_must_fail(c, p->softcap < 0 || isnan(p->softcap), "negative or NaN softcap");
     fz_must_fail(c, p->max_seqlen_q < 0 || p->max_seqlen_k < 0, "negative max_seqlen");
+    fz_must_fail(c, !(p->dropout_p >= 0.0f && p->dropout_p < 1.0f), "dropout_p outside [0, 1)");
 }
 
 static clvarlen_status op_attention_forward(fz_call *c)
 {
     fz_reader *r = c->r;
     clvarlen_attention_params p;
-    attn_params(c, &p);
-    attn_must_fail(c, &p);
+    fz_attn_params(c, &p);
+    fz_attn_must_fail(c, &p);
     int32_t dv = p.head_dim_v ? p.head_dim_v : p.head_dim;
     int64_t qrow = (int64_t)p.heads_q * p.head_dim, krow = (int64_t)p.heads_kv * p.head_dim;
     int64_t vrow = (int64_t)p.heads_kv * dv, orow = (int64_t)p.heads_q * dv;
@@ -146,6 +150,81 @@ static clvarlen_status op_attention_forward(fz_call *c)
     clvarlen_status st = clvarlen_attention_forward(c->ctx, &p, q, k, v, cuq, cuk, q_pos, o, lse);
     fz_allow_tensor(c, o, 0, p.total_q, p.dtype, orow, p.o_stride);
     fz_allow(c, lse, 0, (fz_i128)p.heads_q * p.total_q * 4);
+    return DONE(c, st);
+}
+
+/* The backward: the forward's params plus do, lse and the gradients' layout
+ * (bwd NULL at times, its struct size hostile at times). */
+static clvarlen_status op_attention_backward(fz_call *c)
+{
+    fz_reader *r = c->r;
+    clvarlen_attention_params p;
+    fz_attn_params(c, &p);
+    fz_attn_must_fail(c, &p);
+    clvarlen_attention_bwd_params g;
+    clvarlen_attention_bwd_params_init(&g);
+    const int null_bwd = fz_u8(r) >= 224;
+    g.struct_size = struct_size(r, g.struct_size);
+    fz_must_fail(c, !null_bwd && g.struct_size < sizeof g, "bwd struct_size below the struct");
+    g.grad_f32 = fz_u8(r) % 2;
+    g.deterministic = fz_u8(r) % 2;
+    const clvarlen_dtype gt = g.grad_f32 ? CLVARLEN_DTYPE_F32 : p.dtype;
+    int32_t dv = p.head_dim_v ? p.head_dim_v : p.head_dim;
+    int64_t qrow = (int64_t)p.heads_q * p.head_dim, krow = (int64_t)p.heads_kv * p.head_dim;
+    int64_t vrow = (int64_t)p.heads_kv * dv, orow = (int64_t)p.heads_q * dv;
+    g.do_stride = fz_stride(r, orow);
+    g.dq_stride = fz_stride(r, qrow);
+    g.dk_stride = fz_stride(r, krow);
+    g.dv_stride = fz_stride(r, vrow);
+    if (null_bwd)
+        clvarlen_attention_bwd_params_init(&g);
+    fz_i128 cu_bytes = p.n_seqs >= 0 ? ((fz_i128)p.n_seqs + 1) * 4 : 0;
+    int32_t *cuq = fz_buffer(c, "cu_seqlens_q", FZ_IN, cu_bytes, 32);
+    int32_t *cuk = fz_buffer(c, "cu_seqlens_k", FZ_IN, cu_bytes, 32);
+    void *q = fz_rows(c, "q", FZ_IN, p.dtype, qrow, p.total_q, p.q_stride, 32);
+    void *k = fz_rows(c, "k", FZ_IN, p.dtype, krow, p.total_k, p.k_stride, 32);
+    void *v = fz_rows(c, "v", FZ_IN, p.dtype, vrow, p.total_k, p.v_stride, 32);
+    void *o = fz_rows(c, "o", FZ_IN, p.dtype, orow, p.total_q, p.o_stride, 32);
+    void *dout = fz_rows(c, "do", FZ_IN, p.dtype, orow, p.total_q, g.do_stride, 32);
+    float *lse = fz_buffer(c, "lse", FZ_IN, (fz_i128)p.heads_q * p.total_q * 4, 32);
+    int32_t *q_pos = fz_buffer(c, "q_pos", FZ_IN, (fz_i128)p.total_q * 4, 2);
+    void *dq = fz_rows(c, "dq", FZ_OUT, gt, qrow, p.total_q, g.dq_stride, 32);
+    void *dk = fz_rows(c, "dk", FZ_OUT, gt, krow, p.total_k, g.dk_stride, 32);
+    void *dvv = fz_rows(c, "dv", FZ_OUT, gt, vrow, p.total_k, g.dv_stride, 32);
+    if (c->skip)
+        return FZ_NOT_CALLED;
+    int64_t nq = fz_n(c, cuq, 4, (fz_i128)p.n_seqs + 1) - 1;
+    int64_t nk = fz_n(c, cuk, 4, (fz_i128)p.n_seqs + 1) - 1;
+    fz_fill_cu(r, cuq, nq, p.total_q);
+    fz_fill_cu(r, cuk, nk, p.total_k);
+    fz_must_fail(c, cuq && !cu_ok(cuq, nq, p.total_q), "invalid cu_seqlens_q");
+    fz_must_fail(c, cuk && !cu_ok(cuk, nk, p.total_k), "invalid cu_seqlens_k");
+    fz_must_fail(c, p.max_seqlen_q > 0 && p.max_seqlen_q < longest(cuq, nq),
+                 "max_seqlen_q below a length");
+    fz_must_fail(c, p.max_seqlen_k > 0 && p.max_seqlen_k < longest(cuk, nk),
+                 "max_seqlen_k below a length");
+    const int work = p.total_q > 0 || p.total_k > 0;
+    fz_required(c, cuq, work || p.n_seqs >= 0, "NULL cu_seqlens_q");
+    fz_required(c, cuk, work || p.n_seqs >= 0, "NULL cu_seqlens_k");
+    const void *need_q[5] = {q, o, dout, lse, dq}, *need_k[4] = {k, v, dk, dvv};
+    for (int i = 0; i < 5; i++)
+        fz_required(c, need_q[i], p.total_q > 0, "NULL q, o, do, lse or dq");
+    for (int i = 0; i < 4; i++)
+        fz_required(c, need_k[i], p.total_k > 0, "NULL k, v, dk or dv");
+    void *fill[5] = {q, k, v, o, dout};
+    for (int i = 0; i < 5; i++)
+        if (fill[i] && is_act(p.dtype))
+            fz_fill_floats(r, fill[i], p.dtype,
+                           fz_find(c, fill[i])->bytes / clvarlen_dtype_size(p.dtype));
+    if (lse)
+        fz_fill_floats(r, lse, CLVARLEN_DTYPE_F32, fz_find(c, lse)->bytes / 4);
+    fz_fill_index32(r, q_pos, fz_n(c, q_pos, 4, p.total_q), 0, 24);
+    fz_before_call(c, 1);
+    clvarlen_status st = clvarlen_attention_backward(c->ctx, &p, null_bwd ? NULL : &g, q, k, v,
+                                                     o, dout, lse, cuq, cuk, q_pos, dq, dk, dvv);
+    fz_allow_tensor(c, dq, 0, p.total_q, gt, qrow, g.dq_stride);
+    fz_allow_tensor(c, dk, 0, p.total_k, gt, krow, g.dk_stride);
+    fz_allow_tensor(c, dvv, 0, p.total_k, gt, vrow, g.dv_stride);
     return DONE(c, st);
 }
 
@@ -348,4 +427,9 @@ const fz_op fz_compute_ops[] = {
     {"attention_merge2", op_attention_merge2},
     {"api", op_api},
 };
+/* Ops added later go in tables after the paged ones, so that earlier inputs keep their op. */
+const fz_op fz_bwd_ops[] = {
+    {"attention_backward", op_attention_backward},
+};
+const int fz_n_bwd_ops = (int)(sizeof fz_bwd_ops / sizeof fz_bwd_ops[0]);
 const int fz_n_compute_ops = (int)(sizeof fz_compute_ops / sizeof fz_compute_ops[0]);

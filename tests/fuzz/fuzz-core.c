@@ -544,7 +544,8 @@ static const struct {
     {fz_cp_ops, &fz_n_cp_ops},
     {fz_compute_ops, &fz_n_compute_ops},
     {fz_gdn_ops, &fz_n_gdn_ops},
-    {fz_paged_ops, &fz_n_paged_ops}, /* last: earlier inputs keep their op */
+    {fz_paged_ops, &fz_n_paged_ops},
+    {fz_bwd_ops, &fz_n_bwd_ops}, /* last: earlier inputs keep their op */
 };
 
 int fz_op_count(void)

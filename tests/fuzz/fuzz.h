@@ -158,6 +158,12 @@ extern const fz_op fz_compute_ops[];
 extern const int fz_n_compute_ops;
 extern const fz_op fz_gdn_ops[];
 extern const int fz_n_gdn_ops;
+extern const fz_op fz_bwd_ops[];
+extern const int fz_n_bwd_ops;
+/** The attention params of a forward or backward call, and their must-fail rules
+ * (fuzz-compute.c). */
+void fz_attn_params(fz_call *c, clvarlen_attention_params *p);
+void fz_attn_must_fail(fz_call *c, const clvarlen_attention_params *p);
 extern const fz_op fz_paged_ops[];
 extern const int fz_n_paged_ops;
 
