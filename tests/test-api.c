@@ -373,6 +373,7 @@ static Suite *api_suite(void)
 
     suite_add_tcase(s, api_segment_cases());
     suite_add_tcase(s, api_limits_cases());
+    suite_add_tcase(s, api_abi_cases());
     return s;
 }
 

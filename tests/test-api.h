@@ -49,5 +49,7 @@ void check_ok(const clvarlen_context *ctx, clvarlen_status got, const char *labe
 TCase *api_segment_cases(void);
 /** test-api-limits.c: hostile shapes and aliasing on the host entry points. */
 TCase *api_limits_cases(void);
+/** ABI growth: sized inits, old and new struct sizes (test-api-abi.c). */
+TCase *api_abi_cases(void);
 
 #endif

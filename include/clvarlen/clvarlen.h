@@ -56,7 +56,18 @@
  *   device "cpu" works). clvarlen_context_create_cl is the caller's
  *   business: the cl_context given must be the child's own;
  * - the library never prints (unless a log handler or CLVARLEN_LOG asks)
- *   and never aborts.
+ *   and never aborts;
+ * - ABI growth: every struct that crosses the API starts with
+ *   uint32_t struct_size, and later versions only append fields. The names
+ *   clvarlen_*_params_init, clvarlen_device_query, clvarlen_context_device
+ *   and clvarlen_cp_plan are macros that pass the caller's compile-time
+ *   sizeof of the struct to the *_sized function. The library reads only
+ *   what the caller's struct has (fields past it take their defaults) and
+ *   writes only that much: a program built against an older header keeps
+ *   working with a newer library, and one built against a newer header with
+ *   an older library (the fields it does not know are ignored). The smallest
+ *   size accepted is the struct's first released layout, CLVARLEN_*_MIN_SIZE
+ *   (smaller: CLVARLEN_ERROR_INVALID_ARGUMENT).
  *
  * SPDX-License-Identifier: MIT
  */
@@ -172,6 +183,7 @@ typedef enum clvarlen_device_kind {
 
 /** What the library knows about one device. Filled by clvarlen_device_query(). */
 typedef struct clvarlen_device_info {
+    uint32_t struct_size;   /**< written by the library: the bytes it filled */
     int index;              /**< position in the list; -1 for the CPU fallback; -2 for a
                                  device given to clvarlen_context_create_cl that the
                                  enumeration does not list */
@@ -208,7 +220,12 @@ CLVARLEN_API clvarlen_status clvarlen_device_count(size_t *count);
  * CPU fallback. Errors: CLVARLEN_ERROR_INVALID_ARGUMENT (info NULL, index
  * < -1), CLVARLEN_ERROR_DEVICE_NOT_FOUND (index >= count).
  */
-CLVARLEN_API clvarlen_status clvarlen_device_query(int index, clvarlen_device_info *info);
+CLVARLEN_API clvarlen_status clvarlen_device_query_sized(int index, clvarlen_device_info *info,
+                                                        size_t info_size);
+#define clvarlen_device_query(index, info)                                                     \
+    clvarlen_device_query_sized((index), (info), sizeof(clvarlen_device_info))
+/** The first released size of clvarlen_device_info (see ABI growth above). */
+#define CLVARLEN_DEVICE_INFO_MIN_SIZE sizeof(clvarlen_device_info)
 /**
  * The device a context would use for the selection string `spec` (NULL: the
  * CLVARLEN_DEVICE environment variable, else the default order: discrete GPU,
@@ -285,8 +302,11 @@ CLVARLEN_API void clvarlen_context_destroy(clvarlen_context *context);
  */
 CLVARLEN_API const char *clvarlen_last_error(const clvarlen_context *context);
 /** Describes the context's device (index -1 for the CPU fallback). */
-CLVARLEN_API clvarlen_status clvarlen_context_device(clvarlen_context *context,
-                                                     clvarlen_device_info *info);
+CLVARLEN_API clvarlen_status clvarlen_context_device_sized(clvarlen_context *context,
+                                                           clvarlen_device_info *info,
+                                                           size_t info_size);
+#define clvarlen_context_device(context, info)                                                 \
+    clvarlen_context_device_sized((context), (info), sizeof(clvarlen_device_info))
 /** The number of CPU worker threads the context uses (the OpenCL path uses them for host work). */
 CLVARLEN_API int clvarlen_context_threads(const clvarlen_context *context);
 /** Blocks until all work queued by the context has finished. */
@@ -424,6 +444,7 @@ CLVARLEN_API clvarlen_status clvarlen_seqlens_expand(clvarlen_context *context,
 
 /** Per-document context-parallel shard plan (SPEC 2.5) for rank `rank` of `world`. */
 typedef struct clvarlen_cp_plan_out {
+    uint32_t struct_size;      /**< out: the bytes of the struct the library honoured */
     int32_t *local_cu_seqlens; /**< [n + 1], required: document s has head + tail tokens */
     int32_t *head_cu;          /**< [n + 1] or NULL: cumulative lengths of chunk `rank` */
     int32_t *tail_cu;          /**< [n + 1] or NULL: cumulative lengths of chunk 2W-1-rank */
@@ -437,9 +458,15 @@ typedef struct clvarlen_cp_plan_out {
 
 /** The outputs (the plan's arrays and *plan) must not overlap cu_seqlens or
  * each other; on error nothing is written, the plan's counts included. */
-CLVARLEN_API clvarlen_status clvarlen_cp_plan(clvarlen_context *context, const int32_t *cu_seqlens,
-                                              int64_t n, int32_t world, int32_t rank,
-                                              clvarlen_cp_plan_out *plan);
+CLVARLEN_API clvarlen_status clvarlen_cp_plan_sized(clvarlen_context *context,
+                                                    const int32_t *cu_seqlens, int64_t n,
+                                                    int32_t world, int32_t rank,
+                                                    clvarlen_cp_plan_out *plan, size_t plan_size);
+#define clvarlen_cp_plan(context, cu_seqlens, n, world, rank, plan)                            \
+    clvarlen_cp_plan_sized((context), (cu_seqlens), (n), (world), (rank), (plan),              \
+                           sizeof(clvarlen_cp_plan_out))
+/** The first released size of clvarlen_cp_plan_out (see ABI growth above). */
+#define CLVARLEN_CP_PLAN_OUT_MIN_SIZE sizeof(clvarlen_cp_plan_out)
 /**
  * CP gather: this rank's local rows [local_tokens, row] from the global packed
  * rows [cu_seqlens[n], row], laid out [chunk rank | chunk 2W-1-rank] per
@@ -530,9 +557,16 @@ typedef struct clvarlen_attention_params {
     uint64_t dropout_offset; /**< a stream number: use a new one per layer and step */
 } clvarlen_attention_params;
 
-/** Defaults: struct_size set, f32, no sequences, scale 0 (1/sqrt(D)), not
- * causal, window (-1, -1), no softcap, no dropout, contiguous strides. */
-CLVARLEN_API void clvarlen_attention_params_init(clvarlen_attention_params *params);
+/** Defaults: struct_size = size, f32, no sequences, scale 0 (1/sqrt(D)), not
+ * causal, window (-1, -1), no softcap, no dropout, contiguous strides. Writes
+ * `size` bytes (past the struct this library knows: zeros). */
+CLVARLEN_API void clvarlen_attention_params_init_sized(clvarlen_attention_params *params,
+                                                       size_t size);
+#define clvarlen_attention_params_init(params)                                                     \
+    clvarlen_attention_params_init_sized((params), sizeof(clvarlen_attention_params))
+/** The first released size of clvarlen_attention_params (see ABI growth above):
+ * the layout before the dropout fields. */
+#define CLVARLEN_ATTENTION_PARAMS_MIN_SIZE offsetof(clvarlen_attention_params, dropout_p)
 
 /**
  * Varlen attention forward (SPEC 1): for each sequence s, the queries
@@ -585,7 +619,12 @@ typedef struct clvarlen_attention_bwd_params {
 
 /** Defaults: struct_size set, contiguous strides, gradients in the input dtype,
  * deterministic. */
-CLVARLEN_API void clvarlen_attention_bwd_params_init(clvarlen_attention_bwd_params *bwd);
+CLVARLEN_API void clvarlen_attention_bwd_params_init_sized(clvarlen_attention_bwd_params *bwd,
+                                                           size_t size);
+#define clvarlen_attention_bwd_params_init(bwd)                                                    \
+    clvarlen_attention_bwd_params_init_sized((bwd), sizeof(clvarlen_attention_bwd_params))
+/** The first released size of clvarlen_attention_bwd_params (see ABI growth above). */
+#define CLVARLEN_ATTENTION_BWD_PARAMS_MIN_SIZE sizeof(clvarlen_attention_bwd_params)
 
 /**
  * Varlen attention backward (SPEC 1.2, FlashAttention semantics): from the
@@ -675,7 +714,12 @@ typedef struct clvarlen_kv_append_params {
 } clvarlen_kv_append_params;
 
 /** Defaults: struct_size set, f32 inputs and cache, everything else 0. */
-CLVARLEN_API void clvarlen_kv_append_params_init(clvarlen_kv_append_params *params);
+CLVARLEN_API void clvarlen_kv_append_params_init_sized(clvarlen_kv_append_params *params,
+                                                       size_t size);
+#define clvarlen_kv_append_params_init(params)                                                     \
+    clvarlen_kv_append_params_init_sized((params), sizeof(clvarlen_kv_append_params))
+/** The first released size of clvarlen_kv_append_params (see ABI growth above). */
+#define CLVARLEN_KV_APPEND_PARAMS_MIN_SIZE sizeof(clvarlen_kv_append_params)
 
 /**
  * Cache append (SPEC 1.1): token t's k and v rows go to slot
@@ -742,7 +786,12 @@ typedef struct clvarlen_paged_params {
 
 /** Defaults: struct_size set, f32, no rows, scale 0 (1/sqrt(D)), not causal,
  * window (-1, -1), no softcap, contiguous strides, automatic splits. */
-CLVARLEN_API void clvarlen_paged_params_init(clvarlen_paged_params *params);
+CLVARLEN_API void clvarlen_paged_params_init_sized(clvarlen_paged_params *params,
+                                                   size_t size);
+#define clvarlen_paged_params_init(params)                                                         \
+    clvarlen_paged_params_init_sized((params), sizeof(clvarlen_paged_params))
+/** The first released size of clvarlen_paged_params (see ABI growth above). */
+#define CLVARLEN_PAGED_PARAMS_MIN_SIZE sizeof(clvarlen_paged_params)
 
 /**
  * Paged attention forward (SPEC 1.1): the queries [cu_seqlens_q[b],
@@ -843,7 +892,12 @@ typedef struct clvarlen_gdn_params {
 
 /** Defaults: f32 everywhere, V-major states, scale 0 (1/sqrt(K)), softplus beta 1 and
  * threshold 20, state update on, AUTO; every shape 0. */
-CLVARLEN_API void clvarlen_gdn_params_init(clvarlen_gdn_params *params);
+CLVARLEN_API void clvarlen_gdn_params_init_sized(clvarlen_gdn_params *params,
+                                                 size_t size);
+#define clvarlen_gdn_params_init(params)                                                           \
+    clvarlen_gdn_params_init_sized((params), sizeof(clvarlen_gdn_params))
+/** The first released size of clvarlen_gdn_params (see ABI growth above). */
+#define CLVARLEN_GDN_PARAMS_MIN_SIZE sizeof(clvarlen_gdn_params)
 
 /**
  * The fused sigmoid-gating delta-rule update (SPEC 3): for each sequence n

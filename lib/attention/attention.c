@@ -10,15 +10,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-void clvarlen_attention_params_init(clvarlen_attention_params *p)
+static void attention_defaults(clvarlen_attention_params *p)
 {
-    if (!p)
-        return;
     memset(p, 0, sizeof *p);
     p->struct_size = (uint32_t)sizeof *p;
     p->dtype = CLVARLEN_DTYPE_F32;
     p->window_left = -1;
     p->window_right = -1;
+}
+
+void clvarlen_attention_params_init_sized(clvarlen_attention_params *p, size_t size)
+{
+    clvarlen_attention_params d;
+    attention_defaults(&d);
+    cv_struct_init(p, size, &d, sizeof d);
 }
 
 /* ------------------------------------------------------------ validation */
@@ -50,16 +55,18 @@ static clvarlen_status check_head_dim(clvarlen_context *ctx, const char *fn, con
 /* Shapes and options, common to both entry points (and to the paged forward,
  * lib/attention/paged.c); fills *d. */
 clvarlen_status cv_attn_validate(clvarlen_context *ctx, const char *fn,
-                                       const clvarlen_attention_params *p, cv_attn_desc *d)
+                                 const clvarlen_attention_params *caller, cv_attn_desc *d)
 {
     clvarlen_status st;
-    if (!p)
+    if (!caller)
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: params is NULL", fn);
-    if (p->struct_size < sizeof *p)
-        return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT,
-                        "%s: params->struct_size is %u: initialise params with "
-                        "clvarlen_attention_params_init",
-                        fn, (unsigned)p->struct_size);
+    /* The caller's fields over the defaults (ABI growth, clvarlen.h). */
+    clvarlen_attention_params full;
+    const clvarlen_attention_params *p = &full;
+    attention_defaults(&full);
+    if ((st = cv_struct_in(ctx, fn, "params", caller, &full, sizeof full,
+                           CLVARLEN_ATTENTION_PARAMS_MIN_SIZE)) != CLVARLEN_SUCCESS)
+        return st;
     if ((st = check_act_dtype(ctx, fn, p->dtype)) != CLVARLEN_SUCCESS)
         return st;
     if (p->n_seqs < 0 || p->total_q < 0 || p->total_k < 0)

@@ -8,13 +8,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-void clvarlen_attention_bwd_params_init(clvarlen_attention_bwd_params *b)
+static void bwd_defaults(clvarlen_attention_bwd_params *b)
 {
-    if (!b)
-        return;
     memset(b, 0, sizeof *b);
     b->struct_size = (uint32_t)sizeof *b;
     b->deterministic = 1;
+}
+
+void clvarlen_attention_bwd_params_init_sized(clvarlen_attention_bwd_params *b, size_t size)
+{
+    clvarlen_attention_bwd_params d;
+    bwd_defaults(&d);
+    cv_struct_init(b, size, &d, sizeof d);
 }
 
 /* The tensors of a backward call, in this order (inputs, then outputs). */
@@ -28,17 +33,14 @@ static clvarlen_status bwd_validate(clvarlen_context *ctx, const char *fn,
                                     const clvarlen_attention_params *p,
                                     const clvarlen_attention_bwd_params *bwd, cv_bwd_desc *bd)
 {
-    clvarlen_attention_bwd_params defaults;
-    if (!bwd) {
-        clvarlen_attention_bwd_params_init(&defaults);
-        bwd = &defaults;
-    }
-    if (bwd->struct_size < sizeof *bwd)
-        return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT,
-                        "%s: bwd->struct_size is %u: initialise bwd with "
-                        "clvarlen_attention_bwd_params_init",
-                        fn, (unsigned)bwd->struct_size);
-    clvarlen_status st = cv_attn_validate(ctx, fn, p, &bd->a);
+    clvarlen_attention_bwd_params full;
+    bwd_defaults(&full);
+    clvarlen_status st;
+    if (bwd && (st = cv_struct_in(ctx, fn, "bwd", bwd, &full, sizeof full,
+                                  CLVARLEN_ATTENTION_BWD_PARAMS_MIN_SIZE)) != CLVARLEN_SUCCESS)
+        return st;
+    bwd = &full;
+    st = cv_attn_validate(ctx, fn, p, &bd->a);
     if (st != CLVARLEN_SUCCESS)
         return st;
     const cv_attn_desc *d = &bd->a;

@@ -9,25 +9,35 @@
 #include <stdlib.h>
 #include <string.h>
 
-void clvarlen_kv_append_params_init(clvarlen_kv_append_params *p)
+static void append_defaults(clvarlen_kv_append_params *p)
 {
-    if (!p)
-        return;
     memset(p, 0, sizeof *p);
     p->struct_size = (uint32_t)sizeof *p;
     p->dtype = CLVARLEN_DTYPE_F32;
     p->cache_dtype = CLVARLEN_DTYPE_F32;
 }
 
-void clvarlen_paged_params_init(clvarlen_paged_params *p)
+void clvarlen_kv_append_params_init_sized(clvarlen_kv_append_params *p, size_t size)
 {
-    if (!p)
-        return;
+    clvarlen_kv_append_params d;
+    append_defaults(&d);
+    cv_struct_init(p, size, &d, sizeof d);
+}
+
+static void paged_defaults(clvarlen_paged_params *p)
+{
     memset(p, 0, sizeof *p);
     p->struct_size = (uint32_t)sizeof *p;
     p->dtype = CLVARLEN_DTYPE_F32;
     p->window_left = -1;
     p->window_right = -1;
+}
+
+void clvarlen_paged_params_init_sized(clvarlen_paged_params *p, size_t size)
+{
+    clvarlen_paged_params d;
+    paged_defaults(&d);
+    cv_struct_init(p, size, &d, sizeof d);
 }
 
 /* ------------------------------------------------------------ validation */
@@ -61,16 +71,17 @@ static clvarlen_status check_cache(clvarlen_context *ctx, const char *fn, int64_
 }
 
 static clvarlen_status validate_append(clvarlen_context *ctx, const char *fn,
-                                       const clvarlen_kv_append_params *p, cv_append_desc *a)
+                                       const clvarlen_kv_append_params *caller, cv_append_desc *a)
 {
     clvarlen_status st;
-    if (!p)
+    if (!caller)
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: params is NULL", fn);
-    if (p->struct_size < sizeof *p)
-        return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT,
-                        "%s: params->struct_size is %u: initialise params with "
-                        "clvarlen_kv_append_params_init",
-                        fn, (unsigned)p->struct_size);
+    clvarlen_kv_append_params full;
+    const clvarlen_kv_append_params *p = &full;
+    append_defaults(&full);
+    if ((st = cv_struct_in(ctx, fn, "params", caller, &full, sizeof full,
+                           CLVARLEN_KV_APPEND_PARAMS_MIN_SIZE)) != CLVARLEN_SUCCESS)
+        return st;
     if ((st = check_float_dtype(ctx, fn, "dtype", p->dtype)) != CLVARLEN_SUCCESS ||
         (st = check_float_dtype(ctx, fn, "cache_dtype", p->cache_dtype)) != CLVARLEN_SUCCESS)
         return st;
@@ -173,16 +184,17 @@ static clvarlen_status check_slots(clvarlen_context *ctx, const char *fn, const 
 /* The paged call as an attention description (k/v strides of the cache rows,
  * total_k the page table's capacity). */
 static clvarlen_status validate_paged(clvarlen_context *ctx, const char *fn,
-                                      const clvarlen_paged_params *p, cv_attn_desc *d)
+                                      const clvarlen_paged_params *caller, cv_attn_desc *d)
 {
     clvarlen_status st;
-    if (!p)
+    if (!caller)
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: params is NULL", fn);
-    if (p->struct_size < sizeof *p)
-        return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT,
-                        "%s: params->struct_size is %u: initialise params with "
-                        "clvarlen_paged_params_init",
-                        fn, (unsigned)p->struct_size);
+    clvarlen_paged_params full;
+    const clvarlen_paged_params *p = &full;
+    paged_defaults(&full);
+    if ((st = cv_struct_in(ctx, fn, "params", caller, &full, sizeof full,
+                           CLVARLEN_PAGED_PARAMS_MIN_SIZE)) != CLVARLEN_SUCCESS)
+        return st;
     clvarlen_attention_params ap;
     clvarlen_attention_params_init(&ap);
     ap.dtype = p->dtype;

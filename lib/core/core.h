@@ -177,6 +177,21 @@ static inline void cv_store_act(void *p, clvarlen_dtype dtype, int64_t i, float 
     }
 }
 
+/* ------------------------------------------------------------ ABI growth (validate.c) */
+
+/* The caller's struct (its first 4 bytes are struct_size) of `full_size` bytes
+ * in this library: init writes `size` bytes of `defaults` (zeros past
+ * full_size) with struct_size = size; in copies the caller's struct_size
+ * bytes (at least min_size, else INVALID_ARGUMENT naming `what`) over
+ * `full`, which holds the defaults, and sets full's struct_size to
+ * full_size; out writes min(size, full_size) bytes of `full` with
+ * struct_size set to that count (a newer caller's further bytes are left as
+ * they are). */
+void cv_struct_init(void *dst, size_t size, void *defaults, size_t full_size);
+clvarlen_status cv_struct_in(clvarlen_context *ctx, const char *fn, const char *what,
+                             const void *caller, void *full, size_t full_size, size_t min_size);
+void cv_struct_out(void *dst, size_t size, void *full, size_t full_size);
+
 /* ------------------------------------------------------------ host-side checks (validate.c) */
 
 /** Host-visible cu_seqlens [n+1]: cu[0] == 0, non-decreasing, and cu[n] == total

@@ -136,3 +136,43 @@ clvarlen_status cv_check_no_overlap(clvarlen_context *ctx, const char *fn, const
     }
     return CLVARLEN_SUCCESS;
 }
+
+/* ------------------------------------------------------------ ABI growth */
+
+static void set_size(void *p, size_t size)
+{
+    uint32_t s32 = size > UINT32_MAX ? UINT32_MAX : (uint32_t)size;
+    memcpy(p, &s32, sizeof s32);
+}
+
+void cv_struct_init(void *dst, size_t size, void *defaults, size_t full_size)
+{
+    if (!dst || size < sizeof(uint32_t))
+        return;
+    set_size(defaults, size);
+    memcpy(dst, defaults, size < full_size ? size : full_size);
+    if (size > full_size)
+        memset((char *)dst + full_size, 0, size - full_size);
+}
+
+clvarlen_status cv_struct_in(clvarlen_context *ctx, const char *fn, const char *what,
+                             const void *caller, void *full, size_t full_size, size_t min_size)
+{
+    uint32_t size;
+    memcpy(&size, caller, sizeof size);
+    if (size < min_size)
+        return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT,
+                        "%s: %s->struct_size is %u, below %zu, its first released size: "
+                        "initialise it with its _init macro",
+                        fn, what, (unsigned)size, min_size);
+    memcpy(full, caller, size < full_size ? size : full_size);
+    set_size(full, full_size);
+    return CLVARLEN_SUCCESS;
+}
+
+void cv_struct_out(void *dst, size_t size, void *full, size_t full_size)
+{
+    const size_t n = size < full_size ? size : full_size;
+    set_size(full, n);
+    memcpy(dst, full, n);
+}

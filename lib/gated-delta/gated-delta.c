@@ -13,10 +13,8 @@
  * take K and V as -D specialisations, so nothing in cl/ repeats it). */
 #define GDN_MAX_DIM 256
 
-void clvarlen_gdn_params_init(clvarlen_gdn_params *params)
+static void gdn_defaults(clvarlen_gdn_params *params)
 {
-    if (!params)
-        return;
     memset(params, 0, sizeof *params);
     params->struct_size = (uint32_t)sizeof *params;
     params->dtype = CLVARLEN_DTYPE_F32;
@@ -27,6 +25,13 @@ void clvarlen_gdn_params_init(clvarlen_gdn_params *params)
     params->softplus_beta = 1.0f;
     params->softplus_threshold = 20.0f;
     params->algorithm = CLVARLEN_GDN_AUTO;
+}
+
+void clvarlen_gdn_params_init_sized(clvarlen_gdn_params *params, size_t size)
+{
+    clvarlen_gdn_params d;
+    gdn_defaults(&d);
+    cv_struct_init(params, size, &d, sizeof d);
 }
 
 /* ------------------------------------------------------------------ validation */
@@ -200,18 +205,19 @@ static clvarlen_status gdn_check_states(clvarlen_context *ctx, const char *fn,
 /* Everything that does not need the contents of device or host arrays:
  * shapes, dtypes, strides, scalars and sizes. Fills p (pointers left NULL). */
 static clvarlen_status gdn_check_params(clvarlen_context *ctx, const char *fn,
-                                        const clvarlen_gdn_params *pa, const gdn_given *g,
+                                        const clvarlen_gdn_params *caller, const gdn_given *g,
                                         cv_gdn_problem *p)
 {
-    if (!pa)
+    if (!caller)
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: params is NULL", fn);
-    if (pa->struct_size < sizeof *pa)
-        return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT,
-                        "%s: params->struct_size is %u, expected %zu (initialise params with "
-                        "clvarlen_gdn_params_init)",
-                        fn, (unsigned)pa->struct_size, sizeof *pa);
-    memset(p, 0, sizeof *p);
+    clvarlen_gdn_params full;
+    const clvarlen_gdn_params *pa = &full;
+    gdn_defaults(&full);
     clvarlen_status st;
+    if ((st = cv_struct_in(ctx, fn, "params", caller, &full, sizeof full,
+                           CLVARLEN_GDN_PARAMS_MIN_SIZE)) != CLVARLEN_SUCCESS)
+        return st;
+    memset(p, 0, sizeof *p);
     if ((st = gdn_check_dtypes(ctx, fn, pa)) != CLVARLEN_SUCCESS ||
         (st = gdn_check_sizes(ctx, fn, pa, g->cu)) != CLVARLEN_SUCCESS)
         return st;

@@ -325,12 +325,18 @@ host_memory:
     free(ctx);
 }
 
-clvarlen_status clvarlen_context_device(clvarlen_context *ctx, clvarlen_device_info *info)
+clvarlen_status clvarlen_context_device_sized(clvarlen_context *ctx, clvarlen_device_info *info,
+                                              size_t info_size)
 {
     CV_ENTER(ctx);
     if (!info)
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "clvarlen_context_device: info is NULL");
-    *info = ctx->device;
+    if (info_size < CLVARLEN_DEVICE_INFO_MIN_SIZE)
+        return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT,
+                        "clvarlen_context_device: info_size %zu is below %zu", info_size,
+                        (size_t)CLVARLEN_DEVICE_INFO_MIN_SIZE);
+    clvarlen_device_info full = ctx->device;
+    cv_struct_out(info, info_size, &full, sizeof full);
     return CLVARLEN_SUCCESS;
 }
 

@@ -492,13 +492,20 @@ clvarlen_status clvarlen_device_count(size_t *count)
     return CLVARLEN_SUCCESS;
 }
 
-clvarlen_status clvarlen_device_query(int index, clvarlen_device_info *info)
+clvarlen_status clvarlen_device_query_sized(int index, clvarlen_device_info *info,
+                                            size_t info_size)
 {
     cv_clear_error(NULL);
     if (!info)
         return cv_error(NULL, CLVARLEN_ERROR_INVALID_ARGUMENT, "clvarlen_device_query: info is NULL");
+    if (info_size < CLVARLEN_DEVICE_INFO_MIN_SIZE)
+        return cv_error(NULL, CLVARLEN_ERROR_INVALID_ARGUMENT,
+                        "clvarlen_device_query: info_size %zu is below %zu", info_size,
+                        (size_t)CLVARLEN_DEVICE_INFO_MIN_SIZE);
+    clvarlen_device_info full;
     if (index == -1) {
-        cv_device_describe_cpu(info);
+        cv_device_describe_cpu(&full);
+        cv_struct_out(info, info_size, &full, sizeof full);
         return CLVARLEN_SUCCESS;
     }
     if (index < -1)
@@ -515,8 +522,9 @@ clvarlen_status clvarlen_device_query(int index, clvarlen_device_info *info)
         return cv_error(NULL, CLVARLEN_ERROR_DEVICE_NOT_FOUND,
                         "clvarlen_device_query: no device %d (%zu OpenCL devices)", index, n);
     }
-    *info = list[index].info;
+    full = list[index].info;
     free(list);
+    cv_struct_out(info, info_size, &full, sizeof full);
     return CLVARLEN_SUCCESS;
 #else
     return cv_error(NULL, CLVARLEN_ERROR_DEVICE_NOT_FOUND,

@@ -299,15 +299,37 @@ out:
 }
 #endif /* CLVARLEN_HAVE_OPENCL */
 
-clvarlen_status clvarlen_cp_plan(clvarlen_context *ctx, const int32_t *cu_seqlens, int64_t n,
-                                 int32_t world, int32_t rank, clvarlen_cp_plan_out *plan)
+/* The plan on the caller's struct (read through its size, ABI growth) held in *plan. */
+static clvarlen_status cp_plan(clvarlen_context *ctx, const char *fn, const int32_t *cu_seqlens,
+                               int64_t n, int32_t world, int32_t rank, clvarlen_cp_plan_out *plan,
+                               const void *caller, size_t caller_size);
+
+clvarlen_status clvarlen_cp_plan_sized(clvarlen_context *ctx, const int32_t *cu_seqlens,
+                                       int64_t n, int32_t world, int32_t rank,
+                                       clvarlen_cp_plan_out *plan, size_t plan_size)
 {
-    const char *fn = __func__;
+    static const char fn[] = "clvarlen_cp_plan";
     CV_ENTER(ctx);
     SEG_TRY(seg_check_count(ctx, fn, "n", n));
     SEG_TRY(cv_check_cu_seqlens(ctx, fn, "cu_seqlens", cu_seqlens, n, -1));
     SEG_TRY(check_cp(ctx, fn, world, rank));
     SEG_TRY(seg_need(ctx, fn, "plan", plan, true));
+    if (plan_size < CLVARLEN_CP_PLAN_OUT_MIN_SIZE)
+        return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: plan_size %zu is below %zu",
+                        fn, plan_size, (size_t)CLVARLEN_CP_PLAN_OUT_MIN_SIZE);
+    clvarlen_cp_plan_out full;
+    memset(&full, 0, sizeof full);
+    memcpy(&full, plan, plan_size < sizeof full ? plan_size : sizeof full);
+    clvarlen_status st = cp_plan(ctx, fn, cu_seqlens, n, world, rank, &full, plan, plan_size);
+    if (st == CLVARLEN_SUCCESS)
+        cv_struct_out(plan, plan_size, &full, sizeof full);
+    return st;
+}
+
+static clvarlen_status cp_plan(clvarlen_context *ctx, const char *fn, const int32_t *cu_seqlens,
+                               int64_t n, int32_t world, int32_t rank, clvarlen_cp_plan_out *plan,
+                               const void *caller, size_t caller_size)
+{
     SEG_TRY(seg_need(ctx, fn, "plan->local_cu_seqlens", plan->local_cu_seqlens, true));
     bool tokens = plan->global_index || plan->position;
     int64_t local = cp_local_total(cu_seqlens, n, world, rank);
@@ -321,7 +343,7 @@ clvarlen_status clvarlen_cp_plan(clvarlen_context *ctx, const int32_t *cu_seqlen
     const uint64_t cub = (uint64_t)(n + 1) * 4;
     const cv_region regions[] = {
         seg_host("cu_seqlens", cu_seqlens, cub, false),
-        seg_host("plan", plan, sizeof *plan, true),
+        seg_host("plan", caller, caller_size, true),
         seg_host("plan->local_cu_seqlens", plan->local_cu_seqlens, cub, true),
         seg_host("plan->head_cu", plan->head_cu, cub, true),
         seg_host("plan->tail_cu", plan->tail_cu, cub, true),

@@ -90,7 +90,8 @@ static int dim_ok(int32_t d)
 
 void fz_attn_must_fail(fz_call *c, const clvarlen_attention_params *p)
 {
-    fz_must_fail(c, p->struct_size < sizeof *p, "struct_size below the struct");
+    fz_must_fail(c, p->struct_size < CLVARLEN_ATTENTION_PARAMS_MIN_SIZE,
+                 "struct_size below the first released layout");
     fz_bad_size(c, !is_act(p->dtype), "dtype not f32, f16 or bf16");
     fz_bad_size(c, p->n_seqs < 0 || p->total_q < 0 || p->total_k < 0, "negative size");
     fz_must_fail(c, p->heads_q <= 0 || p->heads_kv <= 0 || p->heads_q % p->heads_kv != 0,

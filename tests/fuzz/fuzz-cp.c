@@ -94,6 +94,7 @@ static clvarlen_status op_cp_plan(fz_call *c)
     }
     fz_before_call(c, 1);
     clvarlen_status st = clvarlen_cp_plan(c->ctx, cu, n, world, rank, plan);
+    fz_allow(c, plan, offsetof(clvarlen_cp_plan_out, struct_size), sizeof plan->struct_size);
     fz_allow(c, plan, offsetof(clvarlen_cp_plan_out, local_tokens), sizeof plan->local_tokens);
     fz_allow(c, plan, offsetof(clvarlen_cp_plan_out, max_head), sizeof plan->max_head);
     fz_allow(c, plan, offsetof(clvarlen_cp_plan_out, max_tail), sizeof plan->max_tail);
