@@ -9,6 +9,16 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "config.h"
+/* A build without OpenCL still exports the clvarlen-cl.h entry points (stubs):
+ * where the OpenCL headers are installed, this test calls them. */
+#if !CLVARLEN_HAVE_OPENCL && defined(__has_include)
+#if __has_include(<CL/cl.h>)
+#include <clvarlen/clvarlen-cl.h>
+#define TEST_CL_STUBS 1
+#endif
+#endif
+
 /* A struct of `size` bytes inside a larger buffer filled with 0xEE: init
  * must write exactly `size` bytes. */
 START_TEST(abi_init_writes_only_size)
@@ -129,11 +139,40 @@ START_TEST(abi_outputs)
 }
 END_TEST
 
+#ifdef TEST_CL_STUBS
+START_TEST(abi_cl_stubs)
+{
+    clvarlen_context *ctx = tu_cpu_context();
+    clvarlen_attention_params p;
+    clvarlen_attention_params_init(&p);
+    cl_event ev = NULL;
+    check_err(ctx,
+              clvarlen_cl_attention_forward(ctx, &p, NULL, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0,
+                                            NULL, 0, NULL, 0, NULL, 0, 0, NULL, &ev),
+              CLVARLEN_ERROR_NO_OPENCL, CLVARLEN_SUCCESS, "clvarlen_cl_attention_forward",
+              "no OpenCL in this build");
+    ck_assert(ev == NULL);
+    cl_context clc = NULL;
+    check_err(ctx, clvarlen_context_get_cl(ctx, &clc, NULL, NULL), CLVARLEN_ERROR_NO_OPENCL,
+              CLVARLEN_SUCCESS, "clvarlen_context_get_cl", "no OpenCL in this build");
+    clvarlen_context *other = NULL;
+    check_err(NULL, clvarlen_context_create_cl(NULL, NULL, NULL, NULL, &other),
+              CLVARLEN_ERROR_NO_OPENCL, CLVARLEN_SUCCESS, "clvarlen_context_create_cl",
+              "no OpenCL in this build");
+    ck_assert(other == NULL);
+    clvarlen_context_destroy(ctx);
+}
+END_TEST
+#endif
+
 TCase *api_abi_cases(void)
 {
     TCase *tc = tcase_create("abi");
     tcase_add_test(tc, abi_init_writes_only_size);
     tcase_add_test(tc, abi_attention_params_sizes);
     tcase_add_test(tc, abi_outputs);
+#ifdef TEST_CL_STUBS
+    tcase_add_test(tc, abi_cl_stubs);
+#endif
     return tc;
 }

@@ -130,7 +130,8 @@ typedef enum clvarlen_status {
     CLVARLEN_ERROR_KERNEL_NOT_FOUND = 9,
     /** A kernel failed to compile; the message holds the build log. */
     CLVARLEN_ERROR_KERNEL_BUILD = 10,
-    /** A clvarlen-cl.h entry point called on a context without OpenCL (the CPU fallback). */
+    /** A clvarlen-cl.h entry point called on a context without OpenCL (the CPU fallback),
+     * or in a build configured without OpenCL. */
     CLVARLEN_ERROR_NO_OPENCL = 11,
     /** An integer size that does not fit the type the operation uses. */
     CLVARLEN_ERROR_OVERFLOW = 12,

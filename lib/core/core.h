@@ -86,6 +86,9 @@ static inline cv_ctx_base *cv_base(const clvarlen_context *ctx)
  * ctx NULL: the calling thread's slot (clvarlen_last_error(NULL)). */
 clvarlen_status cv_error(clvarlen_context *ctx, clvarlen_status st, const char *fmt, ...)
     CV_PRINTF(3, 4);
+/** CLVARLEN_ERROR_NO_OPENCL for a clvarlen-cl.h entry point of a build without
+ * OpenCL (the generated stubs, lib/runtime/gen-cl-stubs.py). */
+clvarlen_status cv_no_opencl(clvarlen_context *ctx, const char *fn);
 clvarlen_status cv_verror(clvarlen_context *ctx, clvarlen_status st, const char *fmt, va_list ap);
 /** Clears the last error; every public entry point calls it first. */
 void cv_clear_error(clvarlen_context *ctx);

@@ -93,3 +93,10 @@ const char *clvarlen_last_error(const clvarlen_context *ctx)
     const cv_ctx_base *d = cv_base(ctx);
     return d->error ? d->error : "";
 }
+
+clvarlen_status cv_no_opencl(clvarlen_context *ctx, const char *fn)
+{
+    return cv_error(ctx, CLVARLEN_ERROR_NO_OPENCL,
+                    "%s: this build of clvarlen has no OpenCL (configured with -Dopencl=disabled)",
+                    fn);
+}

@@ -210,6 +210,7 @@ static int upload(bwd_bench *b, const size_t bytes[10])
 }
 #endif
 
+#if CLVARLEN_HAVE_OPENCL
 /* CLVARLEN_BENCH_DUMP=<dir>: <case>.cu, <case>.dq/.dk/.dv (the gradients of
  * the last run, bf16) and a line of <dir>/bwd-index.txt, for
  * tools/bench-attention-bwd-torch.py. */
@@ -240,6 +241,7 @@ static void dump_grads(const char *name, const bwd_bench *b, const size_t bytes[
         fclose(f);
     }
 }
+#endif
 
 typedef struct bwd_shape {
     const char *name;
