@@ -1,6 +1,6 @@
 /* Kernel loading: find cl/<file> (CLVARLEN_KERNEL_PATH or the option, then
- * the source tree when the library runs from its build tree, then the
- * installed data directory), join cl/cv-shared.h and cl/common.clh from the
+ * the source tree when the library runs from its build tree, then the copies
+ * compiled into the library, so an installed library works from any prefix), join cl/cv-shared.h and cl/common.clh from the
  * same directory in front of it (and the headers it names, in place), and build it with the op's -D options. Programs are kept per
  * context (in memory) and as binaries on disk (program-cache.c). A failed allocation is
  * CLVARLEN_ERROR_OUT_OF_MEMORY, never "kernel not found".
@@ -56,6 +56,31 @@ static file_result read_file(const char *path, char **data, size_t *size)
     }
     fclose(f);
     return r;
+}
+
+/* The pseudo-directory of the copies compiled into the library. */
+static const char embedded_dir[] = "(built into the library)";
+
+/* name from dir: a file there, or an embedded copy for embedded_dir. */
+static file_result read_in(const char *dir, const char *name, char **data, size_t *size)
+{
+    if (dir == embedded_dir) {
+        *data = NULL;
+        for (size_t i = 0; i < cv_n_embedded_kernels; i++) {
+            const cv_embedded_file *e = &cv_embedded_kernels[i];
+            if (strcmp(e->name, name) != 0)
+                continue;
+            if (!(*data = malloc(e->size + 1)))
+                return FILE_NO_MEMORY;
+            memcpy(*data, e->data, e->size + 1);
+            *size = e->size;
+            return FILE_READ;
+        }
+        return FILE_ABSENT;
+    }
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return read_file(path, data, size);
 }
 
 /* The build tree's kernels serve only a library that was loaded from the build tree. */
@@ -129,13 +154,14 @@ static file_result splice_includes(const char *dir, char **text, size_t *size, c
         const char *name = line + mark_len;
         const size_t name_len = strcspn(name, " \t\r\n");
         const size_t line_end = (size_t)(name + strcspn(name, "\n") - *text);
-        char path[PATH_MAX];
-        snprintf(path, sizeof path, "%s/%.*s", dir, (int)name_len, name);
+        char hdr_name[128];
+        snprintf(hdr_name, sizeof hdr_name, "%.*s", (int)name_len, name);
         char *hdr = NULL;
         size_t hdr_size = 0;
-        file_result r = name_len == 0 || memchr(name, '/', name_len)
+        file_result r = name_len == 0 || name_len >= sizeof hdr_name ||
+                                memchr(name, '/', name_len)
                             ? FILE_ABSENT
-                            : read_file(path, &hdr, &hdr_size);
+                            : read_in(dir, hdr_name, &hdr, &hdr_size);
         if (r != FILE_READ) {
             snprintf(missing, missing_size, "%.*s", (int)name_len, name);
             return r;
@@ -164,12 +190,11 @@ static file_result splice_includes(const char *dir, char **text, size_t *size, c
 static clvarlen_status load_from_dir(clvarlen_context *ctx, const char *dir, const char *file,
                                      char **source, size_t *size, bool *absent)
 {
-    char path[PATH_MAX];
+    char name[256];
     /* parts: the preludes, the family prelude (may stay NULL), the file */
     char *parts[N_PRELUDES + 2] = {NULL};
     size_t sizes[N_PRELUDES + 2] = {0};
-    snprintf(path, sizeof path, "%s/%s", dir, file);
-    file_result r = read_file(path, &parts[N_PRELUDES + 1], &sizes[N_PRELUDES + 1]);
+    file_result r = read_in(dir, file, &parts[N_PRELUDES + 1], &sizes[N_PRELUDES + 1]);
     *absent = r == FILE_ABSENT;
     if (*absent)
         return CLVARLEN_ERROR_KERNEL_NOT_FOUND;
@@ -181,14 +206,13 @@ static clvarlen_status load_from_dir(clvarlen_context *ctx, const char *dir, con
     if (r == FILE_ABSENT)
         missing = missing_hdr;
     for (size_t j = 0; j < N_PRELUDES && r == FILE_READ; j++) {
-        snprintf(path, sizeof path, "%s/%s", dir, preludes[j]);
-        if ((r = read_file(path, &parts[j], &sizes[j])) == FILE_ABSENT)
+        if ((r = read_in(dir, preludes[j], &parts[j], &sizes[j])) == FILE_ABSENT)
             missing = preludes[j];
     }
     if (r == FILE_READ) {
         int family_len = (int)strcspn(file, "-.");
-        snprintf(path, sizeof path, "%s/%.*s.clh", dir, family_len, file);
-        if ((r = read_file(path, &parts[N_PRELUDES], &sizes[N_PRELUDES])) == FILE_ABSENT)
+        snprintf(name, sizeof name, "%.*s.clh", family_len, file);
+        if ((r = read_in(dir, name, &parts[N_PRELUDES], &sizes[N_PRELUDES])) == FILE_ABSENT)
             r = FILE_READ; /* the family prelude is optional */
     }
     char *joined = NULL;
@@ -229,7 +253,7 @@ static clvarlen_status load_source(clvarlen_context *ctx, const char *file, char
     }
     if (running_from_build_tree())
         dirs[n_dirs++] = CLVARLEN_SOURCE_KERNEL_DIR;
-    dirs[n_dirs++] = CLVARLEN_INSTALLED_KERNEL_DIR;
+    dirs[n_dirs++] = embedded_dir;
 
     for (size_t i = 0; i < n_dirs; i++) {
         bool absent = false;
@@ -246,9 +270,7 @@ static clvarlen_status load_source(clvarlen_context *ctx, const char *file, char
     }
     free(path_copy);
     return cv_error(ctx, CLVARLEN_ERROR_KERNEL_NOT_FOUND,
-                    "kernel source %s not found (searched: %s); set CLVARLEN_KERNEL_PATH to the "
-                    "directory holding the installed .cl files",
-                    file, searched);
+                    "kernel source %s not found (searched: %s)", file, searched);
 }
 
 static char *build_log(clvarlen_context *ctx, cl_program program)

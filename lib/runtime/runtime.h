@@ -66,6 +66,17 @@ void cv_tuning_for(const clvarlen_device_info *info, cv_tuning *tuning);
 
 #if CLVARLEN_HAVE_OPENCL
 typedef struct cv_program cv_program; /* lib/kernel-source.c */
+
+/* The kernel sources compiled into the library (kernels-embedded.c, generated
+ * by gen-embedded-kernels.py from cl/ at build time): name, text (NUL-ended)
+ * and size without the NUL. */
+typedef struct cv_embedded_file {
+    const char *name;
+    const char *data;
+    size_t size;
+} cv_embedded_file;
+extern const cv_embedded_file cv_embedded_kernels[];
+extern const size_t cv_n_embedded_kernels;
 #endif
 
 struct clvarlen_context {
