@@ -10,7 +10,7 @@
 # functions. Skips (77) without abidiff.
 #
 # Refresh the baseline when a release's ABI is settled:
-#   abidw --headers-dir include/clvarlen --drop-private-types --no-corpus-path \
+#   abidw --headers-dir include/clvarlen --drop-private-types --no-corpus-path --no-show-locs \
 #       build/lib/libclvarlen.so.0.* > lib/abi/libclvarlen.abi
 #
 # SPDX-License-Identifier: MIT

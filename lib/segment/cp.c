@@ -48,7 +48,7 @@ static clvarlen_status enq_cp_scan(cv_chain *q, cl_mem cu, size_t cu_off, int64_
     cl_mem flag = q->flag;
     cl_int check = q->flag != NULL;
     cl_kernel k;
-    SEG_TRY(seg_kernel(q->ctx, SEG_PROG_SCANS, 0, -1, "segment_cp_scan", &k));
+    SEG_TRY(cv_seg_kernel(q->ctx, SEG_PROG_SCANS, 0, -1, "segment_cp_scan", &k));
     cl_ulong co = cu_off, lo = o->local_off, ho = o->head_off, tlo = o->tail_off,
              to = o->total_off;
     cl_int nn = (cl_int)n, w = world, r = rank;
@@ -73,8 +73,8 @@ static clvarlen_status enq_cp_scan(cv_chain *q, cl_mem cu, size_t cu_off, int64_
     CV_ARG(a, check);
     if (a.err != CL_SUCCESS)
         return cv_cl_check(q->ctx, a.err, "segment_cp_scan: clSetKernelArg");
-    size_t wg = seg_scan_wg(q->ctx);
-    return seg_run(q, k, "segment_cp_scan", wg, wg);
+    size_t wg = cv_seg_scan_wg(q->ctx);
+    return cv_seg_run(q, k, "segment_cp_scan", wg, wg);
 }
 
 typedef struct plan_args {
@@ -118,8 +118,8 @@ static clvarlen_status enq_cp_plan_tokens(cv_chain *q, const plan_args *p, cl_ke
     if (a.err != CL_SUCCESS)
         return cv_cl_check(q->ctx, a.err, "segment_cp_plan_tokens: clSetKernelArg");
     size_t global, local;
-    seg_elem_grid(q->ctx, p->capacity, &global, &local);
-    return seg_run(q, k, "segment_cp_plan_tokens", global, local);
+    cv_seg_elem_grid(q->ctx, p->capacity, &global, &local);
+    return cv_seg_run(q, k, "segment_cp_plan_tokens", global, local);
 }
 
 /* With device checks, cu_seqlens is checked first (it is the caller's). */
@@ -131,9 +131,9 @@ static clvarlen_status enq_cp_plan(cv_chain *q, const plan_args *p)
     bool tokens = want_tokens && p->capacity > 0 && p->n > 0;
     cl_kernel k = NULL;
     if (tokens)
-        SEG_TRY(seg_kernel(q->ctx, SEG_PROG_MAPS, 0, -1, "segment_cp_plan_tokens", &k));
+        SEG_TRY(cv_seg_kernel(q->ctx, SEG_PROG_MAPS, 0, -1, "segment_cp_plan_tokens", &k));
     cl_mem scratch = NULL; /* the local total, at byte 0 of the temp buffer */
-    SEG_TRY(seg_temp(q, 0, &scratch));
+    SEG_TRY(cv_seg_temp(q, 0, &scratch));
     SEG_TRY(enq_cp_scan(q, p->cu, p->cu_off, p->n, p->world, p->rank,
                         want_tokens ? p->capacity : -1, &p->scan, scratch));
     if (!tokens)
@@ -162,7 +162,7 @@ typedef struct cp_rows_args {
 /* The kernel arguments segment_cp_rows and segment_cp_rows_fused share,
  * set from index `from` on (the unfused kernel takes the scanned local
  * offsets and total before them). */
-static void cp_rows_tail_args(cv_args *a, const cp_rows_args *c, const seg_geo *g, cl_mem flag)
+static void cp_rows_tail_args(cv_args *a, const cp_rows_args *c, const cv_seg_geo *g, cl_mem flag)
 {
     cl_ulong go = c->g_off, gs = c->g_stride_b, lo = c->l_off, ls = c->l_stride_b;
     cl_long lcap = c->local_capacity, grows = c->total_tokens;
@@ -200,31 +200,31 @@ static clvarlen_status enq_cp_rows(cv_chain *q, const cp_rows_args *c)
     int64_t units = c->row_elems;
     if (!acc) {
         size_t v[4] = {c->g_off, c->l_off, c->g_stride_b, c->l_stride_b};
-        unit = seg_pick_unit(row_bytes, v, 4);
+        unit = cv_seg_pick_unit(row_bytes, v, 4);
         units = (int64_t)(row_bytes / (size_t)unit);
     }
     bool fused = c->n <= CV_SEG_FUSE_MAX;
     const char *name = fused ? "segment_cp_rows_fused" : "segment_cp_rows";
     cl_kernel k;
-    SEG_TRY(seg_kernel(ctx, acc ? SEG_PROG_ACC : SEG_PROG_COPY, unit,
-                       acc ? cv_dtype_kernel_code(c->dtype) : -1, name, &k));
+    SEG_TRY(cv_seg_kernel(ctx, acc ? SEG_PROG_ACC : SEG_PROG_COPY, unit,
+                          acc ? cv_dtype_kernel_code(c->dtype) : -1, name, &k));
     int64_t n_iter = over_global ? c->total_tokens : CV_MIN(c->local_capacity, c->total_tokens);
     cl_ulong co = c->cu_off, lco = SEG_TEMP_OFF;
     cl_int nn = (cl_int)c->n, w = c->world, r = c->rank;
     cl_mem temp = NULL;
     if (!fused) { /* temp: scratch word, then the local offsets [n + 1] */
-        SEG_TRY(seg_temp(q, (size_t)(c->n + 1) * sizeof(cl_int), &temp));
+        SEG_TRY(cv_seg_temp(q, (size_t)(c->n + 1) * sizeof(cl_int), &temp));
         cp_scan_out o = {.local_cu = temp, .local_off = SEG_TEMP_OFF};
         SEG_TRY(enq_cp_scan(q, c->cu, c->cu_off, c->n, c->world, c->rank, c->local_capacity,
                             &o, temp));
         if (n_iter <= 0)
             return CLVARLEN_SUCCESS;
     }
-    seg_geo g;
+    cv_seg_geo g;
     if (fused)
-        seg_fused_geo(ctx, units, n_iter, &g);
+        cv_seg_fused_geo(ctx, units, n_iter, &g);
     else
-        seg_row_geo(ctx, units, n_iter, &g);
+        cv_seg_row_geo(ctx, units, n_iter, &g);
     cv_args a = cv_args_begin(k);
     CV_ARG(a, c->cu);
     CV_ARG(a, co);
@@ -240,7 +240,7 @@ static clvarlen_status enq_cp_rows(cv_chain *q, const cp_rows_args *c)
     if (a.err != CL_SUCCESS)
         return cv_cl_check(ctx, a.err, fused ? "segment_cp_rows_fused: clSetKernelArg"
                                              : "segment_cp_rows: clSetKernelArg");
-    return seg_run(q, k, name, g.global, g.local);
+    return cv_seg_run(q, k, name, g.global, g.local);
 }
 
 #endif /* CLVARLEN_HAVE_OPENCL */
@@ -257,7 +257,7 @@ static clvarlen_status cp_plan_on_device(clvarlen_context *ctx, const int32_t *c
     size_t cub = (size_t)(n + 1) * 4, tb = (size_t)local * 4;
     cl_mem d_cu = NULL, d_lcu = NULL, d_h = NULL, d_t = NULL, d_gi = NULL, d_pos = NULL;
     clvarlen_status st;
-    SEG_TRY_OUT(seg_upload(ctx, cu_seqlens, cub, &d_cu));
+    SEG_TRY_OUT(cv_seg_upload(ctx, cu_seqlens, cub, &d_cu));
     SEG_TRY_OUT(cv_buffer(ctx, cub, NULL, &d_lcu));
     if (plan->head_cu)
         SEG_TRY_OUT(cv_buffer(ctx, cub, NULL, &d_h));
@@ -278,15 +278,15 @@ static clvarlen_status cp_plan_on_device(clvarlen_context *ctx, const int32_t *c
         .position = d_pos,
     };
     SEG_TRY_OUT(enq_cp_plan(&q, &p));
-    SEG_TRY_OUT(seg_read_bytes(&q, d_lcu, cub, plan->local_cu_seqlens));
+    SEG_TRY_OUT(cv_seg_read_bytes(&q, d_lcu, cub, plan->local_cu_seqlens));
     if (d_h)
-        SEG_TRY_OUT(seg_read_bytes(&q, d_h, cub, plan->head_cu));
+        SEG_TRY_OUT(cv_seg_read_bytes(&q, d_h, cub, plan->head_cu));
     if (d_t)
-        SEG_TRY_OUT(seg_read_bytes(&q, d_t, cub, plan->tail_cu));
+        SEG_TRY_OUT(cv_seg_read_bytes(&q, d_t, cub, plan->tail_cu));
     if (d_gi)
-        SEG_TRY_OUT(seg_read_bytes(&q, d_gi, tb, plan->global_index));
+        SEG_TRY_OUT(cv_seg_read_bytes(&q, d_gi, tb, plan->global_index));
     if (d_pos)
-        SEG_TRY_OUT(seg_read_bytes(&q, d_pos, tb, plan->position));
+        SEG_TRY_OUT(cv_seg_read_bytes(&q, d_pos, tb, plan->position));
 out:
     cv_chain_abort(&q);
     cv_release(&d_cu);
@@ -310,10 +310,10 @@ clvarlen_status clvarlen_cp_plan_sized(clvarlen_context *ctx, const int32_t *cu_
 {
     static const char fn[] = "clvarlen_cp_plan";
     CV_ENTER(ctx);
-    SEG_TRY(seg_check_count(ctx, fn, "n", n));
+    SEG_TRY(cv_seg_check_count(ctx, fn, "n", n));
     SEG_TRY(cv_check_cu_seqlens(ctx, fn, "cu_seqlens", cu_seqlens, n, -1));
     SEG_TRY(check_cp(ctx, fn, world, rank));
-    SEG_TRY(seg_need(ctx, fn, "plan", plan, true));
+    SEG_TRY(cv_seg_need(ctx, fn, "plan", plan, true));
     if (plan_size < CLVARLEN_CP_PLAN_OUT_MIN_SIZE)
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: plan_size %zu is below %zu",
                         fn, plan_size, (size_t)CLVARLEN_CP_PLAN_OUT_MIN_SIZE);
@@ -330,7 +330,7 @@ static clvarlen_status cp_plan(clvarlen_context *ctx, const char *fn, const int3
                                int64_t n, int32_t world, int32_t rank, clvarlen_cp_plan_out *plan,
                                const void *caller, size_t caller_size)
 {
-    SEG_TRY(seg_need(ctx, fn, "plan->local_cu_seqlens", plan->local_cu_seqlens, true));
+    SEG_TRY(cv_seg_need(ctx, fn, "plan->local_cu_seqlens", plan->local_cu_seqlens, true));
     bool tokens = plan->global_index || plan->position;
     int64_t local = cp_local_total(cu_seqlens, n, world, rank);
     if (tokens && plan->capacity < 0)
@@ -342,13 +342,13 @@ static clvarlen_status cp_plan(clvarlen_context *ctx, const char *fn, const int3
                         (long long)local, (long long)plan->capacity);
     const uint64_t cub = (uint64_t)(n + 1) * 4;
     const cv_region regions[] = {
-        seg_host("cu_seqlens", cu_seqlens, cub, false),
-        seg_host("plan", caller, caller_size, true),
-        seg_host("plan->local_cu_seqlens", plan->local_cu_seqlens, cub, true),
-        seg_host("plan->head_cu", plan->head_cu, cub, true),
-        seg_host("plan->tail_cu", plan->tail_cu, cub, true),
-        seg_host("plan->global_index", plan->global_index, (uint64_t)local * 4, true),
-        seg_host("plan->position", plan->position, (uint64_t)local * 4, true),
+        cv_seg_host("cu_seqlens", cu_seqlens, cub, false),
+        cv_seg_host("plan", caller, caller_size, true),
+        cv_seg_host("plan->local_cu_seqlens", plan->local_cu_seqlens, cub, true),
+        cv_seg_host("plan->head_cu", plan->head_cu, cub, true),
+        cv_seg_host("plan->tail_cu", plan->tail_cu, cub, true),
+        cv_seg_host("plan->global_index", plan->global_index, (uint64_t)local * 4, true),
+        cv_seg_host("plan->position", plan->position, (uint64_t)local * 4, true),
     };
     SEG_TRY(SEG_CHECK_HOST(ctx, fn, regions));
     if (!cv_use_cl(ctx)) {
@@ -386,7 +386,7 @@ typedef struct cp_host {
     clvarlen_scatter_mode mode;
     bool zero_rest;
     int64_t total, local; /* global and local rows */
-    seg_rows gr, lr;
+    cv_seg_rows gr, lr;
 } cp_host;
 
 #if CLVARLEN_HAVE_OPENCL
@@ -398,7 +398,7 @@ static clvarlen_status cp_rows_on_device(clvarlen_context *ctx, const cp_host *h
     bool global_in = !h->to_local && !(h->mode == CLVARLEN_SCATTER_OVERWRITE && h->zero_rest);
     cl_mem d_cu = NULL, d_g = NULL, d_l = NULL;
     clvarlen_status st;
-    SEG_TRY_OUT(seg_upload(ctx, h->cu_seqlens, (size_t)(h->n + 1) * 4, &d_cu));
+    SEG_TRY_OUT(cv_seg_upload(ctx, h->cu_seqlens, (size_t)(h->n + 1) * 4, &d_cu));
     SEG_TRY_OUT(cv_buffer(ctx, h->gr.span, h->to_local || global_in ? h->global_rows : NULL,
                           &d_g));
     SEG_TRY_OUT(cv_buffer(ctx, h->lr.span, h->to_local || h->local == 0 ? NULL : h->local_rows,
@@ -423,10 +423,10 @@ static clvarlen_status cp_rows_on_device(clvarlen_context *ctx, const cp_host *h
     SEG_TRY_OUT(enq_cp_rows(&q, &c));
     if (h->to_local)
         SEG_TRY_OUT(
-            seg_read_rows(&q, d_l, h->local, h->lr.row_bytes, h->lr.stride_b, h->local_rows));
+            cv_seg_read_rows(&q, d_l, h->local, h->lr.row_bytes, h->lr.stride_b, h->local_rows));
     else
         SEG_TRY_OUT(
-            seg_read_rows(&q, d_g, h->total, h->gr.row_bytes, h->gr.stride_b, h->global_rows));
+            cv_seg_read_rows(&q, d_g, h->total, h->gr.row_bytes, h->gr.stride_b, h->global_rows));
 out:
     cv_chain_abort(&q);
     cv_release(&d_cu);
@@ -442,17 +442,18 @@ static clvarlen_status cp_rows_host(clvarlen_context *ctx, const char *fn, cp_ho
                                     int64_t local_capacity, unsigned flags)
 {
     CV_ENTER_FN(ctx, fn);
-    SEG_TRY(seg_check_count(ctx, fn, "n", h->n));
+    SEG_TRY(cv_seg_check_count(ctx, fn, "n", h->n));
     SEG_TRY(cv_check_cu_seqlens(ctx, fn, "cu_seqlens", h->cu_seqlens, h->n, -1));
     SEG_TRY(check_cp(ctx, fn, h->world, h->rank));
     if (!h->to_local)
-        SEG_TRY(seg_check_scatter_mode(ctx, fn, h->dtype, h->mode, flags));
+        SEG_TRY(cv_seg_check_scatter_mode(ctx, fn, h->dtype, h->mode, flags));
     h->total = h->cu_seqlens[h->n];
     h->local = cp_local_total(h->cu_seqlens, h->n, h->world, h->rank);
-    SEG_TRY(seg_rows_geom(ctx, fn, "global_rows", h->dtype, h->row_elems, h->total, global_stride,
-                          h->global_rows, &h->gr));
-    SEG_TRY(seg_rows_geom(ctx, fn, "local_rows", h->dtype, h->row_elems, h->local, local_stride,
-                          h->local_rows, &h->lr));
+    SEG_TRY(cv_seg_rows_geom(ctx, fn, "global_rows", h->dtype, h->row_elems, h->total,
+                             global_stride,
+                             h->global_rows, &h->gr));
+    SEG_TRY(cv_seg_rows_geom(ctx, fn, "local_rows", h->dtype, h->row_elems, h->local, local_stride,
+                             h->local_rows, &h->lr));
     if (h->to_local && local_capacity < 0)
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: local_capacity is negative",
                         fn);
@@ -463,9 +464,9 @@ static clvarlen_status cp_rows_host(clvarlen_context *ctx, const char *fn, cp_ho
     if (h->total == 0)
         return CLVARLEN_SUCCESS;
     const cv_region regions[] = {
-        seg_host_rows("global_rows", h->global_rows, &h->gr, h->total, !h->to_local),
-        seg_host("cu_seqlens", h->cu_seqlens, (uint64_t)(h->n + 1) * 4, false),
-        seg_host_rows("local_rows", h->local_rows, &h->lr, h->local, h->to_local != 0),
+        cv_seg_host_rows("global_rows", h->global_rows, &h->gr, h->total, !h->to_local),
+        cv_seg_host("cu_seqlens", h->cu_seqlens, (uint64_t)(h->n + 1) * 4, false),
+        cv_seg_host_rows("local_rows", h->local_rows, &h->lr, h->local, h->to_local != 0),
     };
     SEG_TRY(SEG_CHECK_HOST(ctx, fn, regions));
     h->zero_rest = !h->to_local && (flags & CLVARLEN_SCATTER_ZERO_REST);
@@ -474,7 +475,7 @@ static clvarlen_status cp_rows_host(clvarlen_context *ctx, const char *fn, cp_ho
                               h->rank, h->to_local, h->global_rows, h->gr.stride_b,
                               h->local_rows, h->lr.stride_b, h->mode, h->zero_rest);
 #if CLVARLEN_HAVE_OPENCL
-    SEG_TRY(seg_check_cl_limits(ctx, fn, h->gr.row_bytes, h->total));
+    SEG_TRY(cv_seg_check_cl_limits(ctx, fn, h->gr.row_bytes, h->total));
     return cp_rows_on_device(ctx, h);
 #else
     return CLVARLEN_ERROR_INTERNAL;
@@ -537,20 +538,20 @@ clvarlen_status clvarlen_cl_cp_plan(clvarlen_context *ctx, cl_mem cu_seqlens, si
     const char *fn = __func__;
     CV_ENTER(ctx);
     SEG_TRY(cv_cl_enter(ctx, fn, num_events, wait_list));
-    SEG_TRY(seg_check_count(ctx, fn, "n", n));
+    SEG_TRY(cv_seg_check_count(ctx, fn, "n", n));
     SEG_TRY(check_cp(ctx, fn, world, rank));
     if ((global_index || position) && (capacity < 0 || capacity > INT32_MAX))
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT,
                         "%s: capacity %lld is outside [0, INT32_MAX]", fn, (long long)capacity);
     const uint64_t cub = (uint64_t)(n + 1) * 4, tb = (uint64_t)CV_MAX(capacity, 0) * 4;
     const cv_mem_arg args[] = {
-        seg_mem("cu_seqlens", cu_seqlens, cu_offset, 4, cub, true, false),
-        seg_mem("local_cu_seqlens", local_cu_seqlens, local_cu_offset, 4, cub, true, true),
-        seg_mem("head_cu", head_cu, head_cu_offset, 4, cub, false, true),
-        seg_mem("tail_cu", tail_cu, tail_cu_offset, 4, cub, false, true),
-        seg_mem("global_index", global_index, global_index_offset, 4, tb, false, true),
-        seg_mem("position", position, position_offset, 4, tb, false, true),
-        seg_mem("local_tokens", local_tokens, local_tokens_offset, 8, 8, false, true),
+        cv_seg_mem("cu_seqlens", cu_seqlens, cu_offset, 4, cub, true, false),
+        cv_seg_mem("local_cu_seqlens", local_cu_seqlens, local_cu_offset, 4, cub, true, true),
+        cv_seg_mem("head_cu", head_cu, head_cu_offset, 4, cub, false, true),
+        cv_seg_mem("tail_cu", tail_cu, tail_cu_offset, 4, cub, false, true),
+        cv_seg_mem("global_index", global_index, global_index_offset, 4, tb, false, true),
+        cv_seg_mem("position", position, position_offset, 4, tb, false, true),
+        cv_seg_mem("local_tokens", local_tokens, local_tokens_offset, 8, 8, false, true),
     };
     SEG_TRY(SEG_CHECK_MEM(ctx, fn, args));
     plan_args p = {
@@ -590,12 +591,12 @@ static clvarlen_status cl_cp_rows(clvarlen_context *ctx, const char *fn, cp_rows
 {
     CV_ENTER_FN(ctx, fn);
     SEG_TRY(cv_cl_enter(ctx, fn, num_events, wait_list));
-    seg_rows gr, lr;
+    cv_seg_rows gr, lr;
     size_t es = cv_dtype_size(c->dtype);
-    SEG_TRY(seg_check_count(ctx, fn, "n", c->n));
+    SEG_TRY(cv_seg_check_count(ctx, fn, "n", c->n));
     SEG_TRY(check_cp(ctx, fn, c->world, c->rank));
     if (!c->to_local)
-        SEG_TRY(seg_check_scatter_mode(ctx, fn, c->dtype, c->mode, flags));
+        SEG_TRY(cv_seg_check_scatter_mode(ctx, fn, c->dtype, c->mode, flags));
     if (c->total_tokens < 0 || c->total_tokens > INT32_MAX)
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT,
                         "%s: total_tokens %lld is outside [0, INT32_MAX]", fn,
@@ -603,17 +604,18 @@ static clvarlen_status cl_cp_rows(clvarlen_context *ctx, const char *fn, cp_rows
     if (c->local_capacity < 0)
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: local_capacity is negative",
                         fn);
-    SEG_TRY(seg_rows_geom(ctx, fn, "global_rows", c->dtype, c->row_elems, c->total_tokens,
-                          global_stride, c->global, &gr));
-    SEG_TRY(seg_rows_geom(ctx, fn, "local_rows", c->dtype, c->row_elems,
-                          CV_MIN(c->local_capacity, c->total_tokens), local_stride, c->local, &lr));
-    SEG_TRY(seg_check_cl_limits(ctx, fn, gr.row_bytes, c->total_tokens));
+    SEG_TRY(cv_seg_rows_geom(ctx, fn, "global_rows", c->dtype, c->row_elems, c->total_tokens,
+                             global_stride, c->global, &gr));
+    SEG_TRY(cv_seg_rows_geom(ctx, fn, "local_rows", c->dtype, c->row_elems,
+                             CV_MIN(c->local_capacity, c->total_tokens), local_stride, c->local,
+                             &lr));
+    SEG_TRY(cv_seg_check_cl_limits(ctx, fn, gr.row_bytes, c->total_tokens));
     const cv_mem_arg args[] = {
-        seg_mem_rows("global_rows", c->global, c->g_off, es, &gr, c->total_tokens,
-                     !c->to_local),
-        seg_mem("cu_seqlens", c->cu, c->cu_off, 4, (uint64_t)(c->n + 1) * 4, true, false),
-        seg_mem_rows("local_rows", c->local, c->l_off, es, &lr,
-                     CV_MIN(c->local_capacity, c->total_tokens), c->to_local != 0),
+        cv_seg_mem_rows("global_rows", c->global, c->g_off, es, &gr, c->total_tokens,
+                        !c->to_local),
+        cv_seg_mem("cu_seqlens", c->cu, c->cu_off, 4, (uint64_t)(c->n + 1) * 4, true, false),
+        cv_seg_mem_rows("local_rows", c->local, c->l_off, es, &lr,
+                        CV_MIN(c->local_capacity, c->total_tokens), c->to_local != 0),
     };
     SEG_TRY(SEG_CHECK_MEM(ctx, fn, args));
     c->g_stride_b = gr.stride_b;

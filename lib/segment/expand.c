@@ -35,8 +35,8 @@ static clvarlen_status enq_expand(cv_chain *q, const expand_args *e)
         SEG_TRY(cv_chain_check_range(q, e->q_len, NULL, e->q_off, e->n, 0,
                                      (int64_t)INT32_MAX + 1, false, CV_CHECK_VALUE));
     cl_kernel k;
-    SEG_TRY(seg_kernel(ctx, SEG_PROG_EXPAND, 0, -1, "segment_seqlens_expand", &k));
-    size_t wg = seg_expand_wg(ctx);
+    SEG_TRY(cv_seg_kernel(ctx, SEG_PROG_EXPAND, 0, -1, "segment_seqlens_expand", &k));
+    size_t wg = cv_seg_expand_wg(ctx);
     cl_ulong ko = e->kv_off, qo = e->q_off, pto = e->pt_off, seo = e->se_off, poo = e->po_off,
              to = e->total_off;
     cl_int uq = e->uniform_q, nn = (cl_int)e->n, cl = (cl_int)e->col_limit;
@@ -80,7 +80,7 @@ static clvarlen_status enq_expand(cv_chain *q, const expand_args *e)
         return cv_cl_check(ctx, a.err, "segment_seqlens_expand: clSetKernelArg");
     int64_t groups = (e->capacity + (int64_t)blk_rows - 1) / (int64_t)blk_rows;
     groups = CV_MAX(1, CV_MIN(groups, (int64_t)SEG_MAX_GROUPS));
-    return seg_run(q, k, "segment_seqlens_expand", (size_t)groups * wg, wg);
+    return cv_seg_run(q, k, "segment_seqlens_expand", (size_t)groups * wg, wg);
 }
 
 #endif /* CLVARLEN_HAVE_OPENCL */
@@ -128,11 +128,11 @@ static clvarlen_status expand_on_device(clvarlen_context *ctx, const char *fn, c
     size_t pt_span = cv_span_bytes(CLVARLEN_DTYPE_I32, h->page_cols, h->n, h->page_stride);
     cl_mem d_kv = NULL, d_q = NULL, d_pt = NULL, d_se = NULL, d_po = NULL;
     clvarlen_status st;
-    SEG_TRY_OUT(seg_check_cl_limits(ctx, fn, 4, h->rows));
-    SEG_TRY_OUT(seg_upload(ctx, h->kv_len, (size_t)h->n * 4, &d_kv));
-    SEG_TRY_OUT(seg_upload(ctx, h->q_len, (size_t)h->n * 4, &d_q));
+    SEG_TRY_OUT(cv_seg_check_cl_limits(ctx, fn, 4, h->rows));
+    SEG_TRY_OUT(cv_seg_upload(ctx, h->kv_len, (size_t)h->n * 4, &d_kv));
+    SEG_TRY_OUT(cv_seg_upload(ctx, h->q_len, (size_t)h->n * 4, &d_q));
     if (h->page_table_out)
-        SEG_TRY_OUT(seg_upload(ctx, h->page_table, pt_span, &d_pt));
+        SEG_TRY_OUT(cv_seg_upload(ctx, h->page_table, pt_span, &d_pt));
     if (h->seqlens_expanded)
         SEG_TRY_OUT(cv_buffer(ctx, (size_t)h->rows * 4, NULL, &d_se));
     if (h->page_table_out)
@@ -152,10 +152,10 @@ static clvarlen_status expand_on_device(clvarlen_context *ctx, const char *fn, c
     };
     SEG_TRY_OUT(enq_expand(&q, &e));
     if (h->seqlens_expanded)
-        SEG_TRY_OUT(seg_read_bytes(&q, d_se, (size_t)h->rows * 4, h->seqlens_expanded));
+        SEG_TRY_OUT(cv_seg_read_bytes(&q, d_se, (size_t)h->rows * 4, h->seqlens_expanded));
     if (h->page_table_out)
-        SEG_TRY_OUT(seg_read_rows(&q, d_po, h->rows, (size_t)h->col_limit * 4,
-                                  (size_t)h->out_stride * 4, h->page_table_out));
+        SEG_TRY_OUT(cv_seg_read_rows(&q, d_po, h->rows, (size_t)h->col_limit * 4,
+                                     (size_t)h->out_stride * 4, h->page_table_out));
 out:
     cv_chain_abort(&q);
     cv_release(&d_kv);
@@ -202,8 +202,8 @@ clvarlen_status clvarlen_seqlens_expand(clvarlen_context *ctx, const int32_t *kv
 {
     const char *fn = __func__;
     CV_ENTER(ctx);
-    SEG_TRY(seg_check_count(ctx, fn, "n", n));
-    SEG_TRY(seg_need(ctx, fn, "kv_len", kv_len, n > 0));
+    SEG_TRY(cv_seg_check_count(ctx, fn, "n", n));
+    SEG_TRY(cv_seg_need(ctx, fn, "kv_len", kv_len, n > 0));
     if (!q_len && uniform_q_len < 0)
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: uniform_q_len %d is negative",
                         fn, (int)uniform_q_len);
@@ -213,19 +213,19 @@ clvarlen_status clvarlen_seqlens_expand(clvarlen_context *ctx, const int32_t *kv
     SEG_TRY(expand_rows(ctx, fn, kv_len, q_len, uniform_q_len, n, capacity, &sum));
     if (page_table) {
         SEG_TRY(expand_geom(ctx, fn, n, page_cols, &page_stride, &col_limit, &out_stride, sum));
-        SEG_TRY(seg_need(ctx, fn, "page_table_out", page_table_out, sum > 0));
+        SEG_TRY(cv_seg_need(ctx, fn, "page_table_out", page_table_out, sum > 0));
     } else {
         page_table_out = NULL;
     }
-    const seg_rows pt = {(size_t)page_cols * 4, (size_t)page_stride * 4, 0},
+    const cv_seg_rows pt = {(size_t)page_cols * 4, (size_t)page_stride * 4, 0},
                    po = {(size_t)col_limit * 4, (size_t)out_stride * 4, 0};
     const cv_region regions[] = {
-        seg_host("kv_len", kv_len, (uint64_t)n * 4, false),
-        seg_host("q_len", q_len, (uint64_t)n * 4, false),
-        seg_host_rows("page_table", page_table, &pt, n, false),
-        seg_host("seqlens_expanded", seqlens_expanded, (uint64_t)sum * 4, true),
-        seg_host_rows("page_table_out", page_table_out, &po, sum, true),
-        seg_host("total", total, 8, true),
+        cv_seg_host("kv_len", kv_len, (uint64_t)n * 4, false),
+        cv_seg_host("q_len", q_len, (uint64_t)n * 4, false),
+        cv_seg_host_rows("page_table", page_table, &pt, n, false),
+        cv_seg_host("seqlens_expanded", seqlens_expanded, (uint64_t)sum * 4, true),
+        cv_seg_host_rows("page_table_out", page_table_out, &po, sum, true),
+        cv_seg_host("total", total, 8, true),
     };
     SEG_TRY(SEG_CHECK_HOST(ctx, fn, regions));
     if (sum > 0 && (seqlens_expanded || page_table_out)) {
@@ -272,7 +272,7 @@ clvarlen_cl_seqlens_expand(clvarlen_context *ctx, cl_mem kv_len, size_t kv_len_o
     const char *fn = __func__;
     CV_ENTER(ctx);
     SEG_TRY(cv_cl_enter(ctx, fn, num_events, wait_list));
-    SEG_TRY(seg_check_count(ctx, fn, "n", n));
+    SEG_TRY(cv_seg_check_count(ctx, fn, "n", n));
     if (!q_len && uniform_q_len < 0)
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: uniform_q_len %d is negative",
                         fn, (int)uniform_q_len);
@@ -284,18 +284,18 @@ clvarlen_cl_seqlens_expand(clvarlen_context *ctx, cl_mem kv_len, size_t kv_len_o
                             capacity));
     else
         page_table_out = NULL;
-    const seg_rows pt = {(size_t)page_cols * 4, (size_t)page_stride * 4, 0},
+    const cv_seg_rows pt = {(size_t)page_cols * 4, (size_t)page_stride * 4, 0},
                    po = {(size_t)col_limit * 4, (size_t)out_stride * 4, 0};
     const cv_mem_arg args[] = {
-        seg_mem("kv_len", kv_len, kv_len_offset, 4, (uint64_t)n * 4, n > 0, false),
-        seg_mem("q_len", q_len, q_len_offset, 4, (uint64_t)n * 4, false, false),
-        seg_mem_rows("page_table", page_table, page_table_offset, 4, &pt, page_table ? n : 0,
-                     false),
-        seg_mem("seqlens_expanded", seqlens_expanded, seqlens_offset, 4, (uint64_t)capacity * 4,
-                false, true),
-        seg_mem_rows("page_table_out", page_table_out, page_out_offset, 4, &po,
-                     page_table ? capacity : 0, true),
-        seg_mem("total", total, total_offset, 8, 8, false, true),
+        cv_seg_mem("kv_len", kv_len, kv_len_offset, 4, (uint64_t)n * 4, n > 0, false),
+        cv_seg_mem("q_len", q_len, q_len_offset, 4, (uint64_t)n * 4, false, false),
+        cv_seg_mem_rows("page_table", page_table, page_table_offset, 4, &pt, page_table ? n : 0,
+                        false),
+        cv_seg_mem("seqlens_expanded", seqlens_expanded, seqlens_offset, 4, (uint64_t)capacity * 4,
+                   false, true),
+        cv_seg_mem_rows("page_table_out", page_table_out, page_out_offset, 4, &po,
+                        page_table ? capacity : 0, true),
+        cv_seg_mem("total", total, total_offset, 8, 8, false, true),
     };
     SEG_TRY(SEG_CHECK_MEM(ctx, fn, args));
     expand_args e = {

@@ -49,7 +49,7 @@ static clvarlen_status enq_gen(cv_chain *q, uint64_t seed, int32_t world, int32_
         return st;
     }
     cl_kernel k;
-    SEG_TRY(seg_kernel(ctx, SEG_PROG_GEN, 0, -1, "segment_gen_seq_lens", &k));
+    SEG_TRY(cv_seg_kernel(ctx, SEG_PROG_GEN, 0, -1, "segment_gen_seq_lens", &k));
     cl_ulong sd = seed, oo = out_off;
     cl_int w = world, nn = n, tot = (cl_int)total;
     cv_args a = cv_args_begin(k);
@@ -61,8 +61,8 @@ static clvarlen_status enq_gen(cv_chain *q, uint64_t seed, int32_t world, int32_
     CV_ARG(a, oo);
     if (a.err != CL_SUCCESS)
         return cv_cl_check(ctx, a.err, "segment_gen_seq_lens: clSetKernelArg");
-    size_t local = CV_MIN((size_t)64, seg_copy_wg(ctx));
-    return seg_run(q, k, "segment_gen_seq_lens", (size_t)world, local);
+    size_t local = CV_MIN((size_t)64, cv_seg_copy_wg(ctx));
+    return cv_seg_run(q, k, "segment_gen_seq_lens", (size_t)world, local);
 }
 
 static clvarlen_status gen_on_device(clvarlen_context *ctx, uint64_t seed, int32_t world, int32_t n,
@@ -75,7 +75,7 @@ static clvarlen_status gen_on_device(clvarlen_context *ctx, uint64_t seed, int32
     clvarlen_status st;
     SEG_TRY_OUT(cv_buffer(ctx, bytes, NULL, &d_out));
     SEG_TRY_OUT(enq_gen(&q, seed, world, n, total, d_out, 0));
-    SEG_TRY_OUT(seg_read_bytes(&q, d_out, bytes, out));
+    SEG_TRY_OUT(cv_seg_read_bytes(&q, d_out, bytes, out));
 out:
     cv_chain_abort(&q);
     cv_release(&d_out);
@@ -92,7 +92,7 @@ clvarlen_status clvarlen_gen_seq_lens(clvarlen_context *ctx, uint64_t seed, int3
     const char *fn = __func__;
     CV_ENTER(ctx);
     SEG_TRY(check_gen(ctx, fn, world, n, total));
-    SEG_TRY(seg_need(ctx, fn, "out", out, true));
+    SEG_TRY(cv_seg_need(ctx, fn, "out", out, true));
     if (!cv_use_cl(ctx)) {
         cv_cpu_gen_seq_lens(ctx, seed, world, n, total, out);
         return CLVARLEN_SUCCESS;
@@ -116,7 +116,7 @@ clvarlen_status clvarlen_cl_gen_seq_lens(clvarlen_context *ctx, uint64_t seed, i
     SEG_TRY(cv_cl_enter(ctx, fn, num_events, wait_list));
     SEG_TRY(check_gen(ctx, fn, world, n, total));
     const cv_mem_arg args[] = {
-        seg_mem("out", out, out_offset, 4, (uint64_t)world * (uint64_t)n * 4, true, true),
+        cv_seg_mem("out", out, out_offset, 4, (uint64_t)world * (uint64_t)n * 4, true, true),
     };
     SEG_TRY(SEG_CHECK_MEM(ctx, fn, args));
     cv_chain q;

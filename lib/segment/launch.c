@@ -6,8 +6,8 @@
 
 /* ================================================================ host-side validation */
 
-clvarlen_status seg_need(clvarlen_context *ctx, const char *fn, const char *what, const void *p,
-                         bool needed)
+clvarlen_status cv_seg_need(clvarlen_context *ctx, const char *fn, const char *what, const void *p,
+                            bool needed)
 {
     if (needed && !p)
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", fn, what);
@@ -15,7 +15,8 @@ clvarlen_status seg_need(clvarlen_context *ctx, const char *fn, const char *what
 }
 
 /* A count of sequences: kernels index them with int, cu has n + 1 entries. */
-clvarlen_status seg_check_count(clvarlen_context *ctx, const char *fn, const char *what, int64_t n)
+clvarlen_status cv_seg_check_count(clvarlen_context *ctx, const char *fn, const char *what,
+                                   int64_t n)
 {
     if (n < 0)
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: %s is negative (%lld)", fn,
@@ -26,12 +27,13 @@ clvarlen_status seg_check_count(clvarlen_context *ctx, const char *fn, const cha
     return CLVARLEN_SUCCESS;
 }
 
-clvarlen_status seg_rows_geom(clvarlen_context *ctx, const char *fn, const char *what,
-                              clvarlen_dtype dtype, int64_t row_elems, int64_t rows, int64_t stride,
-                              const void *ptr, seg_rows *g)
+clvarlen_status cv_seg_rows_geom(clvarlen_context *ctx, const char *fn, const char *what,
+                                 clvarlen_dtype dtype, int64_t row_elems, int64_t rows,
+                                 int64_t stride,
+                                 const void *ptr, cv_seg_rows *g)
 {
     SEG_TRY(cv_check_rows(ctx, fn, what, dtype, row_elems, rows, stride, &stride));
-    SEG_TRY(seg_need(ctx, fn, what, ptr, rows > 0));
+    SEG_TRY(cv_seg_need(ctx, fn, what, ptr, rows > 0));
     size_t es = cv_dtype_size(dtype);
     g->row_bytes = (size_t)row_elems * es;
     g->stride_b = (size_t)stride * es;
@@ -48,8 +50,9 @@ static clvarlen_status check_acc_dtype(clvarlen_context *ctx, const char *fn, cl
                     clvarlen_dtype_name(dtype));
 }
 
-clvarlen_status seg_check_scatter_mode(clvarlen_context *ctx, const char *fn, clvarlen_dtype dtype,
-                                       clvarlen_scatter_mode mode, unsigned flags)
+clvarlen_status cv_seg_check_scatter_mode(clvarlen_context *ctx, const char *fn,
+                                          clvarlen_dtype dtype,
+                                          clvarlen_scatter_mode mode, unsigned flags)
 {
     if (mode != CLVARLEN_SCATTER_OVERWRITE && mode != CLVARLEN_SCATTER_ACCUMULATE)
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: unknown scatter mode %d", fn,
@@ -75,9 +78,10 @@ static int cmp_i64(const void *a, const void *b)
  * against n, else a sorted copy); with dup_is_error a repeat is
  * CLVARLEN_ERROR_INVALID_ARGUMENT.
  */
-clvarlen_status seg_check_indices(clvarlen_context *ctx, const char *fn, const char *what,
-                                  const int32_t *i32, const int64_t *i64, int64_t n, int64_t limit,
-                                  bool allow_skip, bool *distinct, bool dup_is_error)
+clvarlen_status cv_seg_check_indices(clvarlen_context *ctx, const char *fn, const char *what,
+                                     const int32_t *i32, const int64_t *i64, int64_t n,
+                                     int64_t limit,
+                                     bool allow_skip, bool *distinct, bool dup_is_error)
 {
     /* the index array itself must be a size: n entries of 4 or 8 bytes within int64 */
     if (n < 0 || (uint64_t)n > (uint64_t)INT64_MAX / (i64 ? 8u : 4u))
@@ -146,22 +150,22 @@ clvarlen_status seg_check_indices(clvarlen_context *ctx, const char *fn, const c
 
 #if CLVARLEN_HAVE_OPENCL
 
-size_t seg_copy_wg(const clvarlen_context *ctx)
+size_t cv_seg_copy_wg(const clvarlen_context *ctx)
 {
     return (size_t)cv_pow2_floor(ctx->tuning.copy_wg ? (int64_t)ctx->tuning.copy_wg : 64);
 }
 
-size_t seg_scan_wg(const clvarlen_context *ctx)
+size_t cv_seg_scan_wg(const clvarlen_context *ctx)
 {
     return (size_t)cv_pow2_floor(ctx->tuning.scan_wg ? (int64_t)ctx->tuning.scan_wg : 64);
 }
 
 /* seqlens_expand: a short kernel of many small groups (H100: 8 us at 64 or 128
  * work-items, 10-12 us at 256-1024); the scans' size where the table has none. */
-size_t seg_expand_wg(const clvarlen_context *ctx)
+size_t cv_seg_expand_wg(const clvarlen_context *ctx)
 {
     return ctx->tuning.expand_wg ? (size_t)cv_pow2_floor((int64_t)ctx->tuning.expand_wg)
-                                 : seg_scan_wg(ctx);
+                                 : cv_seg_scan_wg(ctx);
 }
 
 /* The fewest lanes per row of a row copy (8 x 16 B keeps a warp's accesses
@@ -170,17 +174,18 @@ size_t seg_expand_wg(const clvarlen_context *ctx)
 #define SEG_MIN_LANES 8
 
 /* Destination rows per group of the ordered accumulate: its f32 tile stays at 16 KiB. */
-size_t seg_acc_rows(const clvarlen_context *ctx)
+size_t cv_seg_acc_rows(const clvarlen_context *ctx)
 {
-    size_t r = 4096 / seg_copy_wg(ctx);
+    size_t r = 4096 / cv_seg_copy_wg(ctx);
     return r < 1 ? 1 : r > 32 ? 32 : r;
 }
 
 /* Each program of the family is one file of cl/. -D options: the scan
  * work-group size sizes the scans' local arrays, the row unit specialises
  * copies, the dtype code accumulation. */
-clvarlen_status seg_kernel(clvarlen_context *ctx, int program, int unit, int acc, const char *name,
-                           cl_kernel *kernel)
+clvarlen_status cv_seg_kernel(clvarlen_context *ctx, int program, int unit, int acc,
+                              const char *name,
+                              cl_kernel *kernel)
 {
     char opts[256] = "";
     const char *file = "segment.cl";
@@ -190,32 +195,32 @@ clvarlen_status seg_kernel(clvarlen_context *ctx, int program, int unit, int acc
         break;
     case SEG_PROG_SCANS:
         file = "segment-scan.cl";
-        snprintf(opts, sizeof opts, "-DCV_SCAN_WG=%zu", seg_scan_wg(ctx));
+        snprintf(opts, sizeof opts, "-DCV_SCAN_WG=%zu", cv_seg_scan_wg(ctx));
         break;
     case SEG_PROG_EXPAND: /* the scans' program at seqlens_expand's work-group size */
         file = "segment-scan.cl";
-        snprintf(opts, sizeof opts, "-DCV_SCAN_WG=%zu", seg_expand_wg(ctx));
+        snprintf(opts, sizeof opts, "-DCV_SCAN_WG=%zu", cv_seg_expand_wg(ctx));
         break;
     case SEG_PROG_COPY:
-        snprintf(opts, sizeof opts, "-DCV_UNIT=%d -DCV_SCAN_WG=%zu", unit, seg_scan_wg(ctx));
+        snprintf(opts, sizeof opts, "-DCV_UNIT=%d -DCV_SCAN_WG=%zu", unit, cv_seg_scan_wg(ctx));
         break;
     case SEG_PROG_ACC:
         snprintf(opts, sizeof opts,
                  "-DCV_ACC=1 -DCV_DTYPE=%d -DCV_COPY_WG=%zu -DCV_ACC_ROWS=%zu -DCV_SCAN_WG=%zu",
-                 acc, seg_copy_wg(ctx), seg_acc_rows(ctx), seg_scan_wg(ctx));
+                 acc, cv_seg_copy_wg(ctx), cv_seg_acc_rows(ctx), cv_seg_scan_wg(ctx));
         break;
     case SEG_PROG_GEN:
         file = "segment-gen.cl";
         snprintf(opts, sizeof opts, "-cl-fp32-correctly-rounded-divide-sqrt");
         break;
     default:
-        return cv_error(ctx, CLVARLEN_ERROR_INTERNAL, "seg_kernel: unknown program %d", program);
+        return cv_error(ctx, CLVARLEN_ERROR_INTERNAL, "cv_seg_kernel: unknown program %d", program);
     }
     return cv_get_kernel(ctx, file, opts, name, kernel);
 }
 
 /* The widest unit dividing the row and every byte offset and stride. */
-int seg_pick_unit(size_t row_bytes, const size_t *v, int nv)
+int cv_seg_pick_unit(size_t row_bytes, const size_t *v, int nv)
 {
     static const int units[] = {16, 8, 4, 2, 1};
     for (int k = 0; k < 5; k++) {
@@ -230,7 +235,7 @@ int seg_pick_unit(size_t row_bytes, const size_t *v, int nv)
 }
 
 static void row_geo_wg(const clvarlen_context *ctx, size_t wg, int64_t max_groups, int64_t units,
-                       int64_t rows, seg_geo *g)
+                       int64_t rows, cv_seg_geo *g)
 {
     /* Enough lanes that each moves about CV_UNROLL units, but at least
      * min_lanes per row so a warp's accesses stay in long contiguous runs. */
@@ -253,25 +258,25 @@ static void row_geo_wg(const clvarlen_context *ctx, size_t wg, int64_t max_group
     g->global = (size_t)groups * wg;
 }
 
-void seg_row_geo(const clvarlen_context *ctx, int64_t units, int64_t rows, seg_geo *g)
+void cv_seg_row_geo(const clvarlen_context *ctx, int64_t units, int64_t rows, cv_seg_geo *g)
 {
-    row_geo_wg(ctx, seg_copy_wg(ctx), SEG_MAX_GROUPS, units, rows, g);
+    row_geo_wg(ctx, cv_seg_copy_wg(ctx), SEG_MAX_GROUPS, units, rows, g);
 }
 
 /* Fused kernels (a scan per work-group, then rows): about as many
  * work-groups as fit on the device at once, grid-striding over the rows. */
-void seg_fused_geo(const clvarlen_context *ctx, int64_t units, int64_t rows, seg_geo *g)
+void cv_seg_fused_geo(const clvarlen_context *ctx, int64_t units, int64_t rows, cv_seg_geo *g)
 {
-    size_t wg = seg_scan_wg(ctx);
+    size_t wg = cv_seg_scan_wg(ctx);
     int64_t cus = ctx->device.compute_units ? (int64_t)ctx->device.compute_units : 16;
     int64_t per_cu = CV_MAX(1, 2048 / (int64_t)wg);
     row_geo_wg(ctx, wg, cus * per_cu, units, rows, g);
 }
 
 /* A 1-D grid of one work-item per element, grid-stride beyond the cap. */
-void seg_elem_grid(const clvarlen_context *ctx, int64_t n, size_t *global, size_t *local)
+void cv_seg_elem_grid(const clvarlen_context *ctx, int64_t n, size_t *global, size_t *local)
 {
-    size_t wg = seg_copy_wg(ctx);
+    size_t wg = cv_seg_copy_wg(ctx);
     int64_t groups = (n + (int64_t)wg - 1) / (int64_t)wg;
     groups = CV_MAX(1, CV_MIN(groups, (int64_t)SEG_MAX_GROUPS));
     *local = wg;
@@ -280,37 +285,37 @@ void seg_elem_grid(const clvarlen_context *ctx, int64_t n, size_t *global, size_
 
 /* Launchers enqueue through a cv_chain (lib/runtime/cl-chain.c); this keeps
  * the 1-D launches short. */
-clvarlen_status seg_run(cv_chain *q, cl_kernel k, const char *what, size_t global, size_t local)
+clvarlen_status cv_seg_run(cv_chain *q, cl_kernel k, const char *what, size_t global, size_t local)
 {
     return cv_chain_run(q, k, what, 1, &global, &local);
 }
 
-size_t seg_align8(size_t x)
+size_t cv_seg_align8(size_t x)
 {
     return (x + 7) & ~(size_t)7;
 }
 
 /* The context's temp buffer with `bytes` of work space at SEG_TEMP_OFF (one
  * call per chain). */
-clvarlen_status seg_temp(cv_chain *q, size_t bytes, cl_mem *mem)
+clvarlen_status cv_seg_temp(cv_chain *q, size_t bytes, cl_mem *mem)
 {
     return cv_temp(q->ctx, SEG_TEMP_OFF + bytes, mem);
 }
 
 /* Blocking read of rows (only the row bytes of a strided tensor) after the chain. */
-clvarlen_status seg_read_rows(cv_chain *q, cl_mem mem, int64_t rows, size_t row_bytes,
-                              size_t stride_b, void *host)
+clvarlen_status cv_seg_read_rows(cv_chain *q, cl_mem mem, int64_t rows, size_t row_bytes,
+                                 size_t stride_b, void *host)
 {
     return cv_chain_read_rows(q, mem, rows, row_bytes, stride_b, host, stride_b);
 }
 
-clvarlen_status seg_read_bytes(cv_chain *q, cl_mem mem, size_t bytes, void *host)
+clvarlen_status cv_seg_read_bytes(cv_chain *q, cl_mem mem, size_t bytes, void *host)
 {
     return cv_chain_read(q, mem, 0, bytes, host);
 }
 
 /* An input buffer (NULL host pointer: no buffer). */
-clvarlen_status seg_upload(clvarlen_context *ctx, const void *host, size_t bytes, cl_mem *mem)
+clvarlen_status cv_seg_upload(clvarlen_context *ctx, const void *host, size_t bytes, cl_mem *mem)
 {
     *mem = NULL;
     if (!host)
@@ -320,14 +325,14 @@ clvarlen_status seg_upload(clvarlen_context *ctx, const void *host, size_t bytes
 
 /* ---------------------------------------------------------------- building blocks */
 
-clvarlen_status seg_enq_scan_lengths(cv_chain *q, cl_mem len, size_t len_off, int64_t n,
-                                     int64_t max_len, int64_t capacity, cl_mem cu, size_t cu_off,
-                                     cl_mem total_out, size_t total_off, cl_mem scratch)
+clvarlen_status cv_seg_enq_scan_lengths(cv_chain *q, cl_mem len, size_t len_off, int64_t n,
+                                        int64_t max_len, int64_t capacity, cl_mem cu, size_t cu_off,
+                                        cl_mem total_out, size_t total_off, cl_mem scratch)
 {
     cl_mem flag = q->flag;
     cl_int check = q->flag != NULL;
     cl_kernel k;
-    SEG_TRY(seg_kernel(q->ctx, SEG_PROG_SCANS, 0, -1, "segment_scan_lengths", &k));
+    SEG_TRY(cv_seg_kernel(q->ctx, SEG_PROG_SCANS, 0, -1, "segment_scan_lengths", &k));
     cl_ulong lo = len_off, co = cu_off, to = total_off;
     cl_int nn = (cl_int)n, ml = (cl_int)CV_MIN(max_len, (int64_t)INT32_MAX);
     cl_long cap = capacity;
@@ -346,13 +351,13 @@ clvarlen_status seg_enq_scan_lengths(cv_chain *q, cl_mem len, size_t len_off, in
     CV_ARG(a, check);
     if (a.err != CL_SUCCESS)
         return cv_cl_check(q->ctx, a.err, "segment_scan_lengths: clSetKernelArg");
-    size_t wg = seg_scan_wg(q->ctx);
-    return seg_run(q, k, "segment_scan_lengths", wg, wg);
+    size_t wg = cv_seg_scan_wg(q->ctx);
+    return cv_seg_run(q, k, "segment_scan_lengths", wg, wg);
 }
 
 /* inv[0..rows) = -1 (at byte inv_off), then inv[map[i]] = i. */
-clvarlen_status seg_enq_invert(cv_chain *q, cl_mem m32, cl_mem m64, size_t map_off, int64_t n,
-                               int64_t rows, cl_mem inv, size_t inv_off)
+clvarlen_status cv_seg_enq_invert(cv_chain *q, cl_mem m32, cl_mem m64, size_t map_off, int64_t n,
+                                  int64_t rows, cl_mem inv, size_t inv_off)
 {
     cl_mem flag = q->flag;
     cl_int check = q->flag != NULL;
@@ -362,7 +367,7 @@ clvarlen_status seg_enq_invert(cv_chain *q, cl_mem m32, cl_mem m64, size_t map_o
     if (n <= 0)
         return CLVARLEN_SUCCESS;
     cl_kernel k;
-    SEG_TRY(seg_kernel(q->ctx, SEG_PROG_MAPS, 0, -1, "segment_invert_map", &k));
+    SEG_TRY(cv_seg_kernel(q->ctx, SEG_PROG_MAPS, 0, -1, "segment_invert_map", &k));
     cl_ulong o = map_off, io = inv_off;
     cl_long nn = n, lim = rows;
     cv_args a = cv_args_begin(k);
@@ -378,11 +383,11 @@ clvarlen_status seg_enq_invert(cv_chain *q, cl_mem m32, cl_mem m64, size_t map_o
     if (a.err != CL_SUCCESS)
         return cv_cl_check(q->ctx, a.err, "segment_invert_map: clSetKernelArg");
     size_t global, local;
-    seg_elem_grid(q->ctx, n, &global, &local);
-    return seg_run(q, k, "segment_invert_map", global, local);
+    cv_seg_elem_grid(q->ctx, n, &global, &local);
+    return cv_seg_run(q, k, "segment_invert_map", global, local);
 }
 
-clvarlen_status seg_enq_copy(cv_chain *q, const copy_args *c)
+clvarlen_status cv_seg_enq_copy(cv_chain *q, const copy_args *c)
 {
     cl_mem flag = q->flag;
     cl_int check = q->flag != NULL;
@@ -397,14 +402,14 @@ clvarlen_status seg_enq_copy(cv_chain *q, const copy_args *c)
         units = c->row_elems;
     } else {
         size_t v[4] = {c->src_off, c->dst_off, c->src_stride_b, c->dst_stride_b};
-        unit = seg_pick_unit(row_bytes, v, 4);
+        unit = cv_seg_pick_unit(row_bytes, v, 4);
         units = (int64_t)(row_bytes / (size_t)unit);
     }
     cl_kernel k;
-    SEG_TRY(seg_kernel(q->ctx, acc >= 0 ? SEG_PROG_ACC : SEG_PROG_COPY, unit, acc,
-                       "segment_copy_rows", &k));
-    seg_geo g;
-    seg_row_geo(q->ctx, units, c->n_rows, &g);
+    SEG_TRY(cv_seg_kernel(q->ctx, acc >= 0 ? SEG_PROG_ACC : SEG_PROG_COPY, unit, acc,
+                          "segment_copy_rows", &k));
+    cv_seg_geo g;
+    cv_seg_row_geo(q->ctx, units, c->n_rows, &g);
     cl_ulong so = c->src_off, ss = c->src_stride_b, doff = c->dst_off, ds = c->dst_stride_b;
     cl_ulong mo = c->map_off;
     cl_long sr = c->src_rows, dr = c->dst_rows, nr = c->n_rows, cap = c->count_cap;
@@ -435,11 +440,11 @@ clvarlen_status seg_enq_copy(cv_chain *q, const copy_args *c)
     CV_ARG(a, check);
     if (a.err != CL_SUCCESS)
         return cv_cl_check(q->ctx, a.err, "segment_copy_rows: clSetKernelArg");
-    return seg_run(q, k, "segment_copy_rows", g.global, g.local);
+    return cv_seg_run(q, k, "segment_copy_rows", g.global, g.local);
 }
 
 /* The 16-byte fill pattern: one element repeated (NULL: zeros). */
-void seg_fill_pattern(unsigned char out[16], const void *elem, size_t es)
+void cv_seg_fill_pattern(unsigned char out[16], const void *elem, size_t es)
 {
     memset(out, 0, 16);
     if (!elem)
@@ -449,8 +454,8 @@ void seg_fill_pattern(unsigned char out[16], const void *elem, size_t es)
 }
 
 /* Kernels address a row in int units and tokens with int. */
-clvarlen_status seg_check_cl_limits(clvarlen_context *ctx, const char *fn, size_t row_bytes,
-                                    int64_t rows)
+clvarlen_status cv_seg_check_cl_limits(clvarlen_context *ctx, const char *fn, size_t row_bytes,
+                                       int64_t rows)
 {
     if (row_bytes > (size_t)INT32_MAX)
         return cv_error(ctx, CLVARLEN_ERROR_UNSUPPORTED,

@@ -7,7 +7,7 @@
 static clvarlen_status enq_cu_from_lengths(cv_chain *q, cl_mem lengths, size_t len_off, int64_t n,
                                            cl_mem cu, size_t cu_off)
 {
-    return seg_enq_scan_lengths(q, lengths, len_off, n, -1, -1, cu, cu_off, NULL, 0, NULL);
+    return cv_seg_enq_scan_lengths(q, lengths, len_off, n, -1, -1, cu, cu_off, NULL, 0, NULL);
 }
 
 static clvarlen_status enq_lengths_from_cu(cv_chain *q, cl_mem cu, size_t cu_off, int64_t n,
@@ -20,7 +20,7 @@ static clvarlen_status enq_lengths_from_cu(cv_chain *q, cl_mem cu, size_t cu_off
     if (n <= 0)
         return CLVARLEN_SUCCESS;
     cl_kernel k;
-    SEG_TRY(seg_kernel(q->ctx, SEG_PROG_MAPS, 0, -1, "segment_lengths_from_cu", &k));
+    SEG_TRY(cv_seg_kernel(q->ctx, SEG_PROG_MAPS, 0, -1, "segment_lengths_from_cu", &k));
     cl_ulong co = cu_off, lo = len_off;
     cl_int nn = (cl_int)n;
     cv_args a = cv_args_begin(k);
@@ -34,8 +34,8 @@ static clvarlen_status enq_lengths_from_cu(cv_chain *q, cl_mem cu, size_t cu_off
     if (a.err != CL_SUCCESS)
         return cv_cl_check(q->ctx, a.err, "segment_lengths_from_cu: clSetKernelArg");
     size_t global, local;
-    seg_elem_grid(q->ctx, n, &global, &local);
-    return seg_run(q, k, "segment_lengths_from_cu", global, local);
+    cv_seg_elem_grid(q->ctx, n, &global, &local);
+    return cv_seg_run(q, k, "segment_lengths_from_cu", global, local);
 }
 
 static clvarlen_status enq_token_maps(cv_chain *q, cl_mem cu, size_t cu_off, int64_t n,
@@ -49,7 +49,7 @@ static clvarlen_status enq_token_maps(cv_chain *q, cl_mem cu, size_t cu_off, int
     if (n <= 0 || total <= 0)
         return CLVARLEN_SUCCESS;
     cl_kernel k;
-    SEG_TRY(seg_kernel(q->ctx, SEG_PROG_MAPS, 0, -1, "segment_token_maps", &k));
+    SEG_TRY(cv_seg_kernel(q->ctx, SEG_PROG_MAPS, 0, -1, "segment_token_maps", &k));
     cl_ulong co = cu_off, oo = offsets_off, so = seq_off, po = pos_off;
     cl_int nn = (cl_int)n;
     cl_long tot = total;
@@ -69,8 +69,8 @@ static clvarlen_status enq_token_maps(cv_chain *q, cl_mem cu, size_t cu_off, int
     if (a.err != CL_SUCCESS)
         return cv_cl_check(q->ctx, a.err, "segment_token_maps: clSetKernelArg");
     size_t global, local;
-    seg_elem_grid(q->ctx, total, &global, &local);
-    return seg_run(q, k, "segment_token_maps", global, local);
+    cv_seg_elem_grid(q->ctx, total, &global, &local);
+    return cv_seg_run(q, k, "segment_token_maps", global, local);
 }
 
 #endif /* CLVARLEN_HAVE_OPENCL */
@@ -85,10 +85,10 @@ static clvarlen_status cu_from_lengths_on_device(clvarlen_context *ctx, const in
     cv_chain_begin(&q, ctx, 0, NULL, false);
     cl_mem d_len = NULL, d_cu = NULL;
     clvarlen_status st;
-    SEG_TRY_OUT(seg_upload(ctx, n > 0 ? lengths : NULL, (size_t)n * 4, &d_len));
+    SEG_TRY_OUT(cv_seg_upload(ctx, n > 0 ? lengths : NULL, (size_t)n * 4, &d_len));
     SEG_TRY_OUT(cv_buffer(ctx, (size_t)(n + 1) * 4, NULL, &d_cu));
     SEG_TRY_OUT(enq_cu_from_lengths(&q, d_len, 0, n, d_cu, 0));
-    SEG_TRY_OUT(seg_read_bytes(&q, d_cu, (size_t)(n + 1) * 4, cu_seqlens));
+    SEG_TRY_OUT(cv_seg_read_bytes(&q, d_cu, (size_t)(n + 1) * 4, cu_seqlens));
 out:
     cv_chain_abort(&q);
     cv_release(&d_len);
@@ -103,10 +103,10 @@ static clvarlen_status lengths_from_cu_on_device(clvarlen_context *ctx, const in
     cv_chain_begin(&q, ctx, 0, NULL, false);
     cl_mem d_cu = NULL, d_len = NULL;
     clvarlen_status st;
-    SEG_TRY_OUT(seg_upload(ctx, cu_seqlens, (size_t)(n + 1) * 4, &d_cu));
+    SEG_TRY_OUT(cv_seg_upload(ctx, cu_seqlens, (size_t)(n + 1) * 4, &d_cu));
     SEG_TRY_OUT(cv_buffer(ctx, (size_t)n * 4, NULL, &d_len));
     SEG_TRY_OUT(enq_lengths_from_cu(&q, d_cu, 0, n, d_len, 0));
-    SEG_TRY_OUT(seg_read_bytes(&q, d_len, (size_t)n * 4, lengths));
+    SEG_TRY_OUT(cv_seg_read_bytes(&q, d_len, (size_t)n * 4, lengths));
 out:
     cv_chain_abort(&q);
     cv_release(&d_cu);
@@ -123,18 +123,18 @@ static clvarlen_status token_maps_on_device(clvarlen_context *ctx, const int32_t
     size_t tb = (size_t)total_tokens * 4;
     cl_mem d_cu = NULL, d_off = NULL, d_seq = NULL, d_pos = NULL;
     clvarlen_status st;
-    SEG_TRY_OUT(seg_upload(ctx, cu_seqlens, (size_t)(n + 1) * 4, &d_cu));
+    SEG_TRY_OUT(cv_seg_upload(ctx, cu_seqlens, (size_t)(n + 1) * 4, &d_cu));
     if (pos)
-        SEG_TRY_OUT(seg_upload(ctx, offsets, (size_t)n * 4, &d_off));
+        SEG_TRY_OUT(cv_seg_upload(ctx, offsets, (size_t)n * 4, &d_off));
     if (seq_id)
         SEG_TRY_OUT(cv_buffer(ctx, tb, NULL, &d_seq));
     if (pos)
         SEG_TRY_OUT(cv_buffer(ctx, tb, NULL, &d_pos));
     SEG_TRY_OUT(enq_token_maps(&q, d_cu, 0, n, total_tokens, d_off, 0, d_seq, 0, d_pos, 0));
     if (seq_id)
-        SEG_TRY_OUT(seg_read_bytes(&q, d_seq, tb, seq_id));
+        SEG_TRY_OUT(cv_seg_read_bytes(&q, d_seq, tb, seq_id));
     if (pos)
-        SEG_TRY_OUT(seg_read_bytes(&q, d_pos, tb, pos));
+        SEG_TRY_OUT(cv_seg_read_bytes(&q, d_pos, tb, pos));
 out:
     cv_chain_abort(&q);
     cv_release(&d_cu);
@@ -150,9 +150,9 @@ clvarlen_status clvarlen_cu_seqlens_from_lengths(clvarlen_context *ctx, const in
 {
     const char *fn = __func__;
     CV_ENTER(ctx);
-    SEG_TRY(seg_check_count(ctx, fn, "n", n));
-    SEG_TRY(seg_need(ctx, fn, "lengths", lengths, n > 0));
-    SEG_TRY(seg_need(ctx, fn, "cu_seqlens", cu_seqlens, true));
+    SEG_TRY(cv_seg_check_count(ctx, fn, "n", n));
+    SEG_TRY(cv_seg_need(ctx, fn, "lengths", lengths, n > 0));
+    SEG_TRY(cv_seg_need(ctx, fn, "cu_seqlens", cu_seqlens, true));
     int64_t total = 0;
     for (int64_t s = 0; s < n; s++) {
         if (lengths[s] < 0)
@@ -164,8 +164,8 @@ clvarlen_status clvarlen_cu_seqlens_from_lengths(clvarlen_context *ctx, const in
                             "%s: the lengths sum to more than INT32_MAX", fn);
     }
     const cv_region regions[] = {
-        seg_host("lengths", lengths, (uint64_t)n * 4, false),
-        seg_host("cu_seqlens", cu_seqlens, (uint64_t)(n + 1) * 4, true),
+        cv_seg_host("lengths", lengths, (uint64_t)n * 4, false),
+        cv_seg_host("cu_seqlens", cu_seqlens, (uint64_t)(n + 1) * 4, true),
     };
     SEG_TRY(SEG_CHECK_HOST(ctx, fn, regions));
     if (!cv_use_cl(ctx)) {
@@ -184,14 +184,14 @@ clvarlen_status clvarlen_lengths_from_cu_seqlens(clvarlen_context *ctx, const in
 {
     const char *fn = __func__;
     CV_ENTER(ctx);
-    SEG_TRY(seg_check_count(ctx, fn, "n", n));
+    SEG_TRY(cv_seg_check_count(ctx, fn, "n", n));
     SEG_TRY(cv_check_cu_seqlens(ctx, fn, "cu_seqlens", cu_seqlens, n, -1));
-    SEG_TRY(seg_need(ctx, fn, "lengths", lengths, n > 0));
+    SEG_TRY(cv_seg_need(ctx, fn, "lengths", lengths, n > 0));
     if (n == 0)
         return CLVARLEN_SUCCESS;
     const cv_region regions[] = {
-        seg_host("cu_seqlens", cu_seqlens, (uint64_t)(n + 1) * 4, false),
-        seg_host("lengths", lengths, (uint64_t)n * 4, true),
+        cv_seg_host("cu_seqlens", cu_seqlens, (uint64_t)(n + 1) * 4, false),
+        cv_seg_host("lengths", lengths, (uint64_t)n * 4, true),
     };
     SEG_TRY(SEG_CHECK_HOST(ctx, fn, regions));
     if (!cv_use_cl(ctx)) {
@@ -211,7 +211,7 @@ clvarlen_status clvarlen_token_maps(clvarlen_context *ctx, const int32_t *cu_seq
 {
     const char *fn = __func__;
     CV_ENTER(ctx);
-    SEG_TRY(seg_check_count(ctx, fn, "n", n));
+    SEG_TRY(cv_seg_check_count(ctx, fn, "n", n));
     if (total_tokens < 0)
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: total_tokens is negative", fn);
     SEG_TRY(cv_check_cu_seqlens(ctx, fn, "cu_seqlens", cu_seqlens, n, total_tokens));
@@ -228,10 +228,10 @@ clvarlen_status clvarlen_token_maps(clvarlen_context *ctx, const int32_t *cu_seq
     if (total_tokens == 0)
         return CLVARLEN_SUCCESS;
     const cv_region regions[] = {
-        seg_host("cu_seqlens", cu_seqlens, (uint64_t)(n + 1) * 4, false),
-        seg_host("offsets", pos ? offsets : NULL, (uint64_t)n * 4, false),
-        seg_host("seq_id", seq_id, (uint64_t)total_tokens * 4, true),
-        seg_host("pos", pos, (uint64_t)total_tokens * 4, true),
+        cv_seg_host("cu_seqlens", cu_seqlens, (uint64_t)(n + 1) * 4, false),
+        cv_seg_host("offsets", pos ? offsets : NULL, (uint64_t)n * 4, false),
+        cv_seg_host("seq_id", seq_id, (uint64_t)total_tokens * 4, true),
+        cv_seg_host("pos", pos, (uint64_t)total_tokens * 4, true),
     };
     SEG_TRY(SEG_CHECK_HOST(ctx, fn, regions));
     if (!cv_use_cl(ctx)) {
@@ -258,10 +258,10 @@ clvarlen_status clvarlen_cl_cu_seqlens_from_lengths(clvarlen_context *ctx, cl_me
     const char *fn = __func__;
     CV_ENTER(ctx);
     SEG_TRY(cv_cl_enter(ctx, fn, num_events, wait_list));
-    SEG_TRY(seg_check_count(ctx, fn, "n", n));
+    SEG_TRY(cv_seg_check_count(ctx, fn, "n", n));
     const cv_mem_arg args[] = {
-        seg_mem("lengths", lengths, lengths_offset, 4, (uint64_t)n * 4, n > 0, false),
-        seg_mem("cu_seqlens", cu_seqlens, cu_offset, 4, (uint64_t)(n + 1) * 4, true, true),
+        cv_seg_mem("lengths", lengths, lengths_offset, 4, (uint64_t)n * 4, n > 0, false),
+        cv_seg_mem("cu_seqlens", cu_seqlens, cu_offset, 4, (uint64_t)(n + 1) * 4, true, true),
     };
     SEG_TRY(SEG_CHECK_MEM(ctx, fn, args));
     cv_chain q;
@@ -279,10 +279,10 @@ clvarlen_status clvarlen_cl_lengths_from_cu_seqlens(clvarlen_context *ctx, cl_me
     const char *fn = __func__;
     CV_ENTER(ctx);
     SEG_TRY(cv_cl_enter(ctx, fn, num_events, wait_list));
-    SEG_TRY(seg_check_count(ctx, fn, "n", n));
+    SEG_TRY(cv_seg_check_count(ctx, fn, "n", n));
     const cv_mem_arg args[] = {
-        seg_mem("cu_seqlens", cu_seqlens, cu_offset, 4, (uint64_t)(n + 1) * 4, true, false),
-        seg_mem("lengths", lengths, lengths_offset, 4, (uint64_t)n * 4, n > 0, true),
+        cv_seg_mem("cu_seqlens", cu_seqlens, cu_offset, 4, (uint64_t)(n + 1) * 4, true, false),
+        cv_seg_mem("lengths", lengths, lengths_offset, 4, (uint64_t)n * 4, n > 0, true),
     };
     SEG_TRY(SEG_CHECK_MEM(ctx, fn, args));
     cv_chain q;
@@ -301,7 +301,7 @@ clvarlen_status clvarlen_cl_token_maps(clvarlen_context *ctx, cl_mem cu_seqlens,
     const char *fn = __func__;
     CV_ENTER(ctx);
     SEG_TRY(cv_cl_enter(ctx, fn, num_events, wait_list));
-    SEG_TRY(seg_check_count(ctx, fn, "n", n));
+    SEG_TRY(cv_seg_check_count(ctx, fn, "n", n));
     if (total_tokens < 0 || total_tokens > INT32_MAX)
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT,
                         "%s: total_tokens %lld is outside [0, INT32_MAX]", fn,
@@ -310,11 +310,11 @@ clvarlen_status clvarlen_cl_token_maps(clvarlen_context *ctx, cl_mem cu_seqlens,
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: seq_id and pos are both NULL",
                         fn);
     const cv_mem_arg args[] = {
-        seg_mem("cu_seqlens", cu_seqlens, cu_offset, 4, (uint64_t)(n + 1) * 4, true, false),
-        seg_mem("offsets", pos ? offsets : NULL, offsets_offset, 4, (uint64_t)n * 4, false,
-                false),
-        seg_mem("seq_id", seq_id, seq_id_offset, 4, (uint64_t)total_tokens * 4, false, true),
-        seg_mem("pos", pos, pos_offset, 4, (uint64_t)total_tokens * 4, false, true),
+        cv_seg_mem("cu_seqlens", cu_seqlens, cu_offset, 4, (uint64_t)(n + 1) * 4, true, false),
+        cv_seg_mem("offsets", pos ? offsets : NULL, offsets_offset, 4, (uint64_t)n * 4, false,
+                   false),
+        cv_seg_mem("seq_id", seq_id, seq_id_offset, 4, (uint64_t)total_tokens * 4, false, true),
+        cv_seg_mem("pos", pos, pos_offset, 4, (uint64_t)total_tokens * 4, false, true),
     };
     SEG_TRY(SEG_CHECK_MEM(ctx, fn, args));
     cv_chain q;

@@ -41,11 +41,11 @@ static clvarlen_status enq_pack_fused(cv_chain *q, const pack_args *p)
     int64_t rows_max = CV_MIN(p->capacity, p->batch * p->max_seqlen);
     size_t row_bytes = (size_t)p->row_elems * cv_dtype_size(p->dtype);
     size_t v[3] = {p->padded_off, p->packed_off, p->padded_stride_b};
-    int unit = seg_pick_unit(row_bytes, v, 3);
+    int unit = cv_seg_pick_unit(row_bytes, v, 3);
     cl_kernel k;
-    SEG_TRY(seg_kernel(ctx, SEG_PROG_COPY, unit, -1, "segment_pack_fused", &k));
-    seg_geo g;
-    seg_fused_geo(ctx, (int64_t)(row_bytes / (size_t)unit), rows_max, &g);
+    SEG_TRY(cv_seg_kernel(ctx, SEG_PROG_COPY, unit, -1, "segment_pack_fused", &k));
+    cv_seg_geo g;
+    cv_seg_fused_geo(ctx, (int64_t)(row_bytes / (size_t)unit), rows_max, &g);
     cl_ulong lo = p->valid_lens_off, co = p->cu_off, to = p->total_off, so = p->padded_off,
              ss = p->padded_stride_b, doff = p->packed_off, ds = row_bytes, io = p->src_index_off;
     cl_int nb = (cl_int)p->batch;
@@ -75,7 +75,7 @@ static clvarlen_status enq_pack_fused(cv_chain *q, const pack_args *p)
     CV_ARG(a, check);
     if (a.err != CL_SUCCESS)
         return cv_cl_check(ctx, a.err, "segment_pack_fused: clSetKernelArg");
-    return seg_run(q, k, "segment_pack_fused", g.global, g.local);
+    return cv_seg_run(q, k, "segment_pack_fused", g.global, g.local);
 }
 
 /* Prefix form, batch > CV_SEG_FUSE_MAX: the scan, then segment_pack_rows. */
@@ -87,17 +87,18 @@ static clvarlen_status enq_pack_prefix(cv_chain *q, const pack_args *p)
     int64_t rows_max = CV_MIN(p->capacity, p->batch * p->max_seqlen);
     size_t row_bytes = (size_t)p->row_elems * cv_dtype_size(p->dtype);
     size_t v[3] = {p->padded_off, p->packed_off, p->padded_stride_b};
-    int unit = seg_pick_unit(row_bytes, v, 3);
+    int unit = cv_seg_pick_unit(row_bytes, v, 3);
     cl_kernel k;
-    SEG_TRY(seg_kernel(ctx, SEG_PROG_COPY, unit, -1, "segment_pack_rows", &k));
+    SEG_TRY(cv_seg_kernel(ctx, SEG_PROG_COPY, unit, -1, "segment_pack_rows", &k));
     cl_mem scratch = NULL; /* the scanned total, at byte 0 of the temp buffer */
-    SEG_TRY(seg_temp(q, 0, &scratch));
-    SEG_TRY(seg_enq_scan_lengths(q, p->valid_lens, p->valid_lens_off, p->batch, p->max_seqlen,
-                                 p->capacity, p->cu, p->cu_off, p->total, p->total_off, scratch));
+    SEG_TRY(cv_seg_temp(q, 0, &scratch));
+    SEG_TRY(cv_seg_enq_scan_lengths(q, p->valid_lens, p->valid_lens_off, p->batch, p->max_seqlen,
+                                    p->capacity, p->cu, p->cu_off, p->total, p->total_off,
+                                    scratch));
     if (rows_max <= 0)
         return CLVARLEN_SUCCESS;
-    seg_geo g;
-    seg_row_geo(ctx, (int64_t)(row_bytes / (size_t)unit), rows_max, &g);
+    cv_seg_geo g;
+    cv_seg_row_geo(ctx, (int64_t)(row_bytes / (size_t)unit), rows_max, &g);
     cl_ulong co = p->cu_off, so = p->padded_off, ss = p->padded_stride_b, doff = p->packed_off,
              ds = row_bytes, io = p->src_index_off;
     cl_int nb = (cl_int)p->batch;
@@ -124,7 +125,7 @@ static clvarlen_status enq_pack_prefix(cv_chain *q, const pack_args *p)
     CV_ARG(a, check);
     if (a.err != CL_SUCCESS)
         return cv_cl_check(ctx, a.err, "segment_pack_rows: clSetKernelArg");
-    return seg_run(q, k, "segment_pack_rows", g.global, g.local);
+    return cv_seg_run(q, k, "segment_pack_rows", g.global, g.local);
 }
 
 /* Mask form, step 1: per-row counts of kept tokens into temp at counts_off. */
@@ -150,9 +151,9 @@ static clvarlen_status enq_mask_count(cv_chain *q, const pack_args *p, cl_kernel
     CV_ARG(a, cno);
     if (a.err != CL_SUCCESS)
         return cv_cl_check(q->ctx, a.err, "segment_mask_count: clSetKernelArg");
-    size_t wg = seg_scan_wg(q->ctx);
+    size_t wg = cv_seg_scan_wg(q->ctx);
     size_t groups = (size_t)CV_MAX(1, CV_MIN(p->batch, (int64_t)SEG_MAX_GROUPS));
-    return seg_run(q, k, "segment_mask_count", groups * wg, wg);
+    return cv_seg_run(q, k, "segment_mask_count", groups * wg, wg);
 }
 
 /* Mask form, step 3: each row's kept tokens -> their padded row (int64 index). */
@@ -179,9 +180,9 @@ static clvarlen_status enq_mask_index(cv_chain *q, const pack_args *p, cl_kernel
     CV_ARG(a, check);
     if (a.err != CL_SUCCESS)
         return cv_cl_check(q->ctx, a.err, "segment_mask_index: clSetKernelArg");
-    size_t wg = seg_scan_wg(q->ctx);
+    size_t wg = cv_seg_scan_wg(q->ctx);
     size_t groups = (size_t)CV_MAX(1, CV_MIN(p->batch, (int64_t)SEG_MAX_GROUPS));
-    return seg_run(q, k, "segment_mask_index", groups * wg, wg);
+    return cv_seg_run(q, k, "segment_mask_index", groups * wg, wg);
 }
 
 /* Mask form: counts, the scan, the index (into src_index or a temporary),
@@ -192,20 +193,21 @@ static clvarlen_status enq_pack_masked(cv_chain *q, const pack_args *p)
     int64_t rows_max = CV_MIN(p->capacity, p->batch * p->max_seqlen);
     size_t row_bytes = (size_t)p->row_elems * cv_dtype_size(p->dtype);
     cl_kernel k_count, k_index;
-    SEG_TRY(seg_kernel(ctx, SEG_PROG_SCANS, 0, -1, "segment_mask_count", &k_count));
-    SEG_TRY(seg_kernel(ctx, SEG_PROG_SCANS, 0, -1, "segment_mask_index", &k_index));
+    SEG_TRY(cv_seg_kernel(ctx, SEG_PROG_SCANS, 0, -1, "segment_mask_count", &k_count));
+    SEG_TRY(cv_seg_kernel(ctx, SEG_PROG_SCANS, 0, -1, "segment_mask_index", &k_index));
     /* temp: scratch word, counts [batch], then the index when the caller
      * wants no src_index */
     size_t counts_off = SEG_TEMP_OFF;
-    size_t index_off = SEG_TEMP_OFF + seg_align8((size_t)p->batch * sizeof(cl_int));
+    size_t index_off = SEG_TEMP_OFF + cv_seg_align8((size_t)p->batch * sizeof(cl_int));
     size_t temp_bytes = index_off - SEG_TEMP_OFF;
     if (!p->src_index && rows_max > 0)
         temp_bytes += (size_t)rows_max * sizeof(cl_long);
     cl_mem temp = NULL;
-    SEG_TRY(seg_temp(q, temp_bytes, &temp));
+    SEG_TRY(cv_seg_temp(q, temp_bytes, &temp));
     SEG_TRY(enq_mask_count(q, p, k_count, temp, counts_off));
-    SEG_TRY(seg_enq_scan_lengths(q, temp, counts_off, p->batch, -1, p->capacity, p->cu, p->cu_off,
-                                 p->total, p->total_off, temp));
+    SEG_TRY(cv_seg_enq_scan_lengths(q, temp, counts_off, p->batch, -1, p->capacity, p->cu,
+                                    p->cu_off,
+                                    p->total, p->total_off, temp));
     if (rows_max <= 0)
         return CLVARLEN_SUCCESS;
     cl_mem idx = p->src_index ? p->src_index : temp;
@@ -228,7 +230,7 @@ static clvarlen_status enq_pack_masked(cv_chain *q, const pack_args *p)
         .count = temp, /* the scanned total bounds the rows copied */
         .count_cap = p->capacity,
     };
-    return seg_enq_copy(q, &c);
+    return cv_seg_enq_copy(q, &c);
 }
 
 static clvarlen_status enq_pack(cv_chain *q, const pack_args *p)
@@ -263,9 +265,10 @@ static clvarlen_status enq_unpack(cv_chain *q, const unpack_args *u)
         SEG_TRY(cv_chain_check_range(q, NULL, u->src_index, u->src_index_off, u->total, 0,
                                      u->padded_rows, false, CV_CHECK_INDEX));
     cl_mem inv = NULL;
-    SEG_TRY(seg_temp(q, (size_t)u->padded_rows * sizeof(cl_int), &inv));
-    SEG_TRY(seg_enq_invert(q, NULL, u->src_index, u->src_index_off, u->total, u->padded_rows, inv,
-                           SEG_TEMP_OFF));
+    SEG_TRY(cv_seg_temp(q, (size_t)u->padded_rows * sizeof(cl_int), &inv));
+    SEG_TRY(cv_seg_enq_invert(q, NULL, u->src_index, u->src_index_off, u->total, u->padded_rows,
+                              inv,
+                              SEG_TEMP_OFF));
     copy_args c = {
         .dtype = u->dtype,
         .row_elems = u->row_elems,
@@ -282,8 +285,8 @@ static clvarlen_status enq_unpack(cv_chain *q, const unpack_args *u)
         .map_off = SEG_TEMP_OFF,
         .fill_mode = 1,
     };
-    seg_fill_pattern(c.fill, u->pad, cv_dtype_size(u->dtype));
-    return seg_enq_copy(q, &c);
+    cv_seg_fill_pattern(c.fill, u->pad, cv_dtype_size(u->dtype));
+    return cv_seg_enq_copy(q, &c);
 }
 
 #endif /* CLVARLEN_HAVE_OPENCL */
@@ -294,7 +297,7 @@ static clvarlen_status enq_unpack(cv_chain *q, const unpack_args *u)
 static clvarlen_status check_padded(clvarlen_context *ctx, const char *fn, int64_t batch,
                                     int64_t max_seqlen)
 {
-    SEG_TRY(seg_check_count(ctx, fn, "batch", batch));
+    SEG_TRY(cv_seg_check_count(ctx, fn, "batch", batch));
     if (max_seqlen < 0 || max_seqlen > INT32_MAX)
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT,
                         "%s: max_seqlen %lld is outside [0, INT32_MAX]", fn,
@@ -315,7 +318,7 @@ typedef struct pack_host_args {
     void *packed;
     int32_t *cu_seqlens;
     int64_t *src_index;
-    seg_rows pr;               /* padded geometry */
+    cv_seg_rows pr;               /* padded geometry */
     const int32_t *lens;       /* valid_lens, or the mask's per-row counts */
     int64_t total;
 } pack_host_args;
@@ -330,13 +333,13 @@ static clvarlen_status pack_on_device(clvarlen_context *ctx, const char *fn,
     cv_chain_begin(&q, ctx, 0, NULL, false);
     cl_mem d_pad = NULL, d_lens = NULL, d_mask = NULL, d_packed = NULL, d_cu = NULL, d_si = NULL;
     clvarlen_status st;
-    SEG_TRY_OUT(seg_check_cl_limits(ctx, fn, row_bytes, total));
-    SEG_TRY_OUT(seg_upload(ctx, rows > 0 ? h->padded : NULL, h->pr.span, &d_pad));
+    SEG_TRY_OUT(cv_seg_check_cl_limits(ctx, fn, row_bytes, total));
+    SEG_TRY_OUT(cv_seg_upload(ctx, rows > 0 ? h->padded : NULL, h->pr.span, &d_pad));
     if (!h->mask)
         SEG_TRY_OUT(
-            seg_upload(ctx, h->batch > 0 ? h->valid_lens : NULL, (size_t)h->batch * 4, &d_lens));
+            cv_seg_upload(ctx, h->batch > 0 ? h->valid_lens : NULL, (size_t)h->batch * 4, &d_lens));
     if (h->mask)
-        SEG_TRY_OUT(seg_upload(ctx, h->mask, (size_t)rows, &d_mask));
+        SEG_TRY_OUT(cv_seg_upload(ctx, h->mask, (size_t)rows, &d_mask));
     SEG_TRY_OUT(cv_buffer(ctx, (size_t)total * row_bytes, NULL, &d_packed));
     SEG_TRY_OUT(cv_buffer(ctx, (size_t)(h->batch + 1) * 4, NULL, &d_cu));
     if (h->src_index)
@@ -356,10 +359,10 @@ static clvarlen_status pack_on_device(clvarlen_context *ctx, const char *fn,
         .src_index = d_si,
     };
     SEG_TRY_OUT(enq_pack(&q, &p));
-    SEG_TRY_OUT(seg_read_bytes(&q, d_packed, (size_t)total * row_bytes, h->packed));
-    SEG_TRY_OUT(seg_read_bytes(&q, d_cu, (size_t)(h->batch + 1) * 4, h->cu_seqlens));
+    SEG_TRY_OUT(cv_seg_read_bytes(&q, d_packed, (size_t)total * row_bytes, h->packed));
+    SEG_TRY_OUT(cv_seg_read_bytes(&q, d_cu, (size_t)(h->batch + 1) * 4, h->cu_seqlens));
     if (h->src_index)
-        SEG_TRY_OUT(seg_read_bytes(&q, d_si, (size_t)total * 8, h->src_index));
+        SEG_TRY_OUT(cv_seg_read_bytes(&q, d_si, (size_t)total * 8, h->src_index));
 out:
     cv_chain_abort(&q);
     cv_release(&d_pad);
@@ -391,7 +394,7 @@ static clvarlen_status pack_total(clvarlen_context *ctx, const char *fn, pack_ho
                         "%s: %lld tokens do not fit capacity_tokens %lld", fn, (long long)total,
                         (long long)h->capacity);
     h->total = total;
-    return seg_need(ctx, fn, "packed", h->packed, total > 0);
+    return cv_seg_need(ctx, fn, "packed", h->packed, total > 0);
 }
 
 /* Totals, the CPU or the device path (lens and total set by the caller's checks). */
@@ -400,15 +403,15 @@ static clvarlen_status pack_run(clvarlen_context *ctx, const char *fn, pack_host
 {
     SEG_TRY(pack_total(ctx, fn, h));
     int64_t rows = h->batch * h->max_seqlen;
-    const seg_rows packed = {h->pr.row_bytes, h->pr.row_bytes, 0};
+    const cv_seg_rows packed = {h->pr.row_bytes, h->pr.row_bytes, 0};
     const cv_region regions[] = {
-        seg_host_rows("padded", h->padded, &h->pr, rows, false),
-        seg_host("valid_lens", h->valid_lens, (uint64_t)h->batch * 4, false),
-        seg_host("mask", h->mask, h->mask ? (uint64_t)rows : 0, false),
-        seg_host_rows("packed", h->packed, &packed, h->total, true),
-        seg_host("cu_seqlens", h->cu_seqlens, (uint64_t)(h->batch + 1) * 4, true),
-        seg_host("src_index", h->src_index, (uint64_t)h->total * 8, true),
-        seg_host("total_tokens", total_tokens, 8, true),
+        cv_seg_host_rows("padded", h->padded, &h->pr, rows, false),
+        cv_seg_host("valid_lens", h->valid_lens, (uint64_t)h->batch * 4, false),
+        cv_seg_host("mask", h->mask, h->mask ? (uint64_t)rows : 0, false),
+        cv_seg_host_rows("packed", h->packed, &packed, h->total, true),
+        cv_seg_host("cu_seqlens", h->cu_seqlens, (uint64_t)(h->batch + 1) * 4, true),
+        cv_seg_host("src_index", h->src_index, (uint64_t)h->total * 8, true),
+        cv_seg_host("total_tokens", total_tokens, 8, true),
     };
     SEG_TRY(SEG_CHECK_HOST(ctx, fn, regions));
     if (!cv_use_cl(ctx))
@@ -427,14 +430,14 @@ static clvarlen_status pack_host(clvarlen_context *ctx, const char *fn, pack_hos
 {
     CV_ENTER_FN(ctx, fn);
     SEG_TRY(check_padded(ctx, fn, h->batch, h->max_seqlen));
-    SEG_TRY(seg_rows_geom(ctx, fn, "padded", h->dtype, h->row_elems, h->batch * h->max_seqlen,
-                          padded_stride, h->padded, &h->pr));
+    SEG_TRY(cv_seg_rows_geom(ctx, fn, "padded", h->dtype, h->row_elems, h->batch * h->max_seqlen,
+                             padded_stride, h->padded, &h->pr));
     if (!h->mask)
-        SEG_TRY(seg_need(ctx, fn, "valid_lens", h->valid_lens, h->batch > 0));
+        SEG_TRY(cv_seg_need(ctx, fn, "valid_lens", h->valid_lens, h->batch > 0));
     if (h->capacity < 0)
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: capacity_tokens is negative",
                         fn);
-    SEG_TRY(seg_need(ctx, fn, "cu_seqlens", h->cu_seqlens, true));
+    SEG_TRY(cv_seg_need(ctx, fn, "cu_seqlens", h->cu_seqlens, true));
     h->lens = h->valid_lens;
     clvarlen_status st;
     if (h->mask) {
@@ -508,21 +511,22 @@ clvarlen_status clvarlen_pack_masked(clvarlen_context *ctx, clvarlen_dtype dtype
 #if CLVARLEN_HAVE_OPENCL
 static clvarlen_status unpack_on_device(clvarlen_context *ctx, const unpack_args *u,
                                         const void *packed, const int64_t *src_index, void *padded,
-                                        const seg_rows *pk, const seg_rows *pd)
+                                        const cv_seg_rows *pk, const cv_seg_rows *pd)
 {
     cv_chain q;
     cv_chain_begin(&q, ctx, 0, NULL, false);
     cl_mem d_packed = NULL, d_si = NULL, d_padded = NULL;
     clvarlen_status st;
-    SEG_TRY_OUT(seg_upload(ctx, u->total > 0 ? packed : NULL, pk->span, &d_packed));
-    SEG_TRY_OUT(seg_upload(ctx, u->total > 0 ? src_index : NULL, (size_t)u->total * 8, &d_si));
+    SEG_TRY_OUT(cv_seg_upload(ctx, u->total > 0 ? packed : NULL, pk->span, &d_packed));
+    SEG_TRY_OUT(cv_seg_upload(ctx, u->total > 0 ? src_index : NULL, (size_t)u->total * 8, &d_si));
     SEG_TRY_OUT(cv_buffer(ctx, pd->span, NULL, &d_padded));
     unpack_args a = *u;
     a.packed = d_packed;
     a.src_index = d_si;
     a.padded = d_padded;
     SEG_TRY_OUT(enq_unpack(&q, &a));
-    SEG_TRY_OUT(seg_read_rows(&q, d_padded, u->padded_rows, pd->row_bytes, pd->stride_b, padded));
+    SEG_TRY_OUT(cv_seg_read_rows(&q, d_padded, u->padded_rows, pd->row_bytes, pd->stride_b,
+                                 padded));
 out:
     cv_chain_abort(&q);
     cv_release(&d_packed);
@@ -539,35 +543,37 @@ clvarlen_status clvarlen_unpack(clvarlen_context *ctx, clvarlen_dtype dtype, int
 {
     const char *fn = __func__;
     CV_ENTER(ctx);
-    seg_rows pk, pd;
+    cv_seg_rows pk, pd;
     SEG_TRY(check_padded(ctx, fn, batch, max_seqlen));
     int64_t rows = batch * max_seqlen;
     if (total_tokens < 0 || total_tokens > rows)
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT,
                         "%s: total_tokens %lld is outside [0, batch * max_seqlen = %lld]", fn,
                         (long long)total_tokens, (long long)rows);
-    SEG_TRY(seg_rows_geom(ctx, fn, "packed", dtype, row_elems, total_tokens, packed_stride, packed,
-                          &pk));
-    SEG_TRY(seg_rows_geom(ctx, fn, "padded", dtype, row_elems, rows, padded_stride, padded, &pd));
-    SEG_TRY(seg_need(ctx, fn, "src_index", src_index, total_tokens > 0));
+    SEG_TRY(cv_seg_rows_geom(ctx, fn, "packed", dtype, row_elems, total_tokens, packed_stride,
+                             packed,
+                             &pk));
+    SEG_TRY(cv_seg_rows_geom(ctx, fn, "padded", dtype, row_elems, rows, padded_stride, padded,
+                             &pd));
+    SEG_TRY(cv_seg_need(ctx, fn, "src_index", src_index, total_tokens > 0));
     bool distinct;
-    SEG_TRY(seg_check_indices(ctx, fn, "src_index", NULL, src_index, total_tokens, rows, false,
-                              &distinct, true));
+    SEG_TRY(cv_seg_check_indices(ctx, fn, "src_index", NULL, src_index, total_tokens, rows, false,
+                                 &distinct, true));
     if (rows == 0)
         return CLVARLEN_SUCCESS;
     size_t es = cv_dtype_size(dtype);
     const cv_region regions[] = {
-        seg_host_rows("packed", packed, &pk, total_tokens, false),
-        seg_host("src_index", src_index, (uint64_t)total_tokens * 8, false),
-        seg_host("pad_value", pad_value, es, false),
-        seg_host_rows("padded", padded, &pd, rows, true),
+        cv_seg_host_rows("packed", packed, &pk, total_tokens, false),
+        cv_seg_host("src_index", src_index, (uint64_t)total_tokens * 8, false),
+        cv_seg_host("pad_value", pad_value, es, false),
+        cv_seg_host_rows("padded", padded, &pd, rows, true),
     };
     SEG_TRY(SEG_CHECK_HOST(ctx, fn, regions));
     if (!cv_use_cl(ctx))
         return cv_cpu_unpack(ctx, pd.row_bytes, es, packed, pk.stride_b, total_tokens, src_index,
                              rows, pad_value, padded, pd.stride_b);
 #if CLVARLEN_HAVE_OPENCL
-    SEG_TRY(seg_check_cl_limits(ctx, fn, pd.row_bytes, total_tokens));
+    SEG_TRY(cv_seg_check_cl_limits(ctx, fn, pd.row_bytes, total_tokens));
     unpack_args u = {
         .dtype = dtype,
         .row_elems = row_elems,
@@ -597,27 +603,29 @@ clvarlen_status clvarlen_cl_pack(clvarlen_context *ctx, clvarlen_dtype dtype, in
     const char *fn = __func__;
     CV_ENTER(ctx);
     SEG_TRY(cv_cl_enter(ctx, fn, num_events, wait_list));
-    seg_rows pr, kr;
+    cv_seg_rows pr, kr;
     size_t es = cv_dtype_size(dtype);
     SEG_TRY(check_padded(ctx, fn, batch, max_seqlen));
     int64_t rows = batch * max_seqlen;
-    SEG_TRY(seg_rows_geom(ctx, fn, "padded", dtype, row_elems, rows, padded_stride, padded, &pr));
+    SEG_TRY(cv_seg_rows_geom(ctx, fn, "padded", dtype, row_elems, rows, padded_stride, padded,
+                             &pr));
     if (capacity_tokens < 0)
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: capacity_tokens is negative",
                         fn);
-    SEG_TRY(seg_rows_geom(ctx, fn, "packed", dtype, row_elems, CV_MIN(capacity_tokens, rows), 0,
-                          packed, &kr));
+    SEG_TRY(cv_seg_rows_geom(ctx, fn, "packed", dtype, row_elems, CV_MIN(capacity_tokens, rows), 0,
+                             packed, &kr));
     int64_t out_rows = CV_MIN(capacity_tokens, rows);
-    SEG_TRY(seg_check_cl_limits(ctx, fn, pr.row_bytes, out_rows));
+    SEG_TRY(cv_seg_check_cl_limits(ctx, fn, pr.row_bytes, out_rows));
     const cv_mem_arg args[] = {
-        seg_mem_rows("padded", padded, padded_offset, es, &pr, rows, false),
-        seg_mem("valid_lens", mask ? NULL : valid_lens, valid_lens_offset, 4,
-                (uint64_t)batch * 4, !mask && batch > 0, false),
-        seg_mem("mask", mask, mask_offset, 1, (uint64_t)rows, false, false),
-        seg_mem_rows("packed", packed, packed_offset, es, &kr, out_rows, true),
-        seg_mem("cu_seqlens", cu_seqlens, cu_offset, 4, (uint64_t)(batch + 1) * 4, true, true),
-        seg_mem("src_index", src_index, src_index_offset, 8, (uint64_t)out_rows * 8, false, true),
-        seg_mem("total_tokens", total_tokens, total_offset, 8, 8, false, true),
+        cv_seg_mem_rows("padded", padded, padded_offset, es, &pr, rows, false),
+        cv_seg_mem("valid_lens", mask ? NULL : valid_lens, valid_lens_offset, 4,
+                   (uint64_t)batch * 4, !mask && batch > 0, false),
+        cv_seg_mem("mask", mask, mask_offset, 1, (uint64_t)rows, false, false),
+        cv_seg_mem_rows("packed", packed, packed_offset, es, &kr, out_rows, true),
+        cv_seg_mem("cu_seqlens", cu_seqlens, cu_offset, 4, (uint64_t)(batch + 1) * 4, true, true),
+        cv_seg_mem("src_index", src_index, src_index_offset, 8, (uint64_t)out_rows * 8, false,
+                   true),
+        cv_seg_mem("total_tokens", total_tokens, total_offset, 8, 8, false, true),
     };
     SEG_TRY(SEG_CHECK_MEM(ctx, fn, args));
     pack_args p = {
@@ -659,7 +667,7 @@ clvarlen_status clvarlen_cl_unpack(clvarlen_context *ctx, clvarlen_dtype dtype, 
     const char *fn = __func__;
     CV_ENTER(ctx);
     SEG_TRY(cv_cl_enter(ctx, fn, num_events, wait_list));
-    seg_rows pk, pd;
+    cv_seg_rows pk, pd;
     size_t es = cv_dtype_size(dtype);
     SEG_TRY(check_padded(ctx, fn, batch, max_seqlen));
     int64_t rows = batch * max_seqlen;
@@ -667,15 +675,17 @@ clvarlen_status clvarlen_cl_unpack(clvarlen_context *ctx, clvarlen_dtype dtype, 
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT,
                         "%s: total_tokens %lld is outside [0, batch * max_seqlen = %lld]", fn,
                         (long long)total_tokens, (long long)rows);
-    SEG_TRY(seg_rows_geom(ctx, fn, "packed", dtype, row_elems, total_tokens, packed_stride, packed,
-                          &pk));
-    SEG_TRY(seg_rows_geom(ctx, fn, "padded", dtype, row_elems, rows, padded_stride, padded, &pd));
-    SEG_TRY(seg_check_cl_limits(ctx, fn, pd.row_bytes, total_tokens));
+    SEG_TRY(cv_seg_rows_geom(ctx, fn, "packed", dtype, row_elems, total_tokens, packed_stride,
+                             packed,
+                             &pk));
+    SEG_TRY(cv_seg_rows_geom(ctx, fn, "padded", dtype, row_elems, rows, padded_stride, padded,
+                             &pd));
+    SEG_TRY(cv_seg_check_cl_limits(ctx, fn, pd.row_bytes, total_tokens));
     const cv_mem_arg args[] = {
-        seg_mem_rows("packed", packed, packed_offset, es, &pk, total_tokens, false),
-        seg_mem("src_index", src_index, src_index_offset, 8, (uint64_t)total_tokens * 8,
-                total_tokens > 0, false),
-        seg_mem_rows("padded", padded, padded_offset, es, &pd, rows, true),
+        cv_seg_mem_rows("packed", packed, packed_offset, es, &pk, total_tokens, false),
+        cv_seg_mem("src_index", src_index, src_index_offset, 8, (uint64_t)total_tokens * 8,
+                   total_tokens > 0, false),
+        cv_seg_mem_rows("padded", padded, padded_offset, es, &pd, rows, true),
     };
     SEG_TRY(SEG_CHECK_MEM(ctx, fn, args));
     unpack_args u = {

@@ -42,7 +42,7 @@ static clvarlen_status enq_gather(cv_chain *q, const rows_args *r)
         .map_off = r->index_off,
         .fill_mode = 1,
     };
-    return seg_enq_copy(q, &c);
+    return cv_seg_enq_copy(q, &c);
 }
 
 /* Accumulate with repeated destinations: each group adds its destination
@@ -53,8 +53,8 @@ static clvarlen_status enq_scatter_ordered(cv_chain *q, const rows_args *r, bool
     cl_mem flag = q->flag;
     cl_int check = q->flag != NULL;
     cl_kernel k;
-    SEG_TRY(seg_kernel(ctx, SEG_PROG_ACC, 0, cv_dtype_kernel_code(r->dtype),
-                       "segment_scatter_add_ordered", &k));
+    SEG_TRY(cv_seg_kernel(ctx, SEG_PROG_ACC, 0, cv_dtype_kernel_code(r->dtype),
+                          "segment_scatter_add_ordered", &k));
     cl_ulong so = r->src_off, ss = r->src_stride_b, io = r->index_off, doff = r->dst_off,
              ds = r->dst_stride_b;
     cl_long ni = r->n_index, dr = r->dst_rows;
@@ -76,12 +76,12 @@ static clvarlen_status enq_scatter_ordered(cv_chain *q, const rows_args *r, bool
     CV_ARG(a, check);
     if (a.err != CL_SUCCESS)
         return cv_cl_check(ctx, a.err, "segment_scatter_add_ordered: clSetKernelArg");
-    size_t wg = seg_copy_wg(ctx);
-    int64_t acc_rows = (int64_t)seg_acc_rows(ctx);
+    size_t wg = cv_seg_copy_wg(ctx);
+    int64_t acc_rows = (int64_t)cv_seg_acc_rows(ctx);
     int64_t blocks = (r->dst_rows + acc_rows - 1) / acc_rows *
                      ((r->row_elems + (int64_t)wg - 1) / (int64_t)wg);
     int64_t groups = CV_MAX(1, CV_MIN(blocks, (int64_t)SEG_MAX_GROUPS));
-    return seg_run(q, k, "segment_scatter_add_ordered", (size_t)groups * wg, wg);
+    return cv_seg_run(q, k, "segment_scatter_add_ordered", (size_t)groups * wg, wg);
 }
 
 /*
@@ -118,37 +118,37 @@ static clvarlen_status enq_scatter(cv_chain *q, const rows_args *r, clvarlen_sca
         c.map32 = r->index;
         c.map_off = r->index_off;
         c.map_dst = 1;
-        return seg_enq_copy(q, &c);
+        return cv_seg_enq_copy(q, &c);
     }
     cl_mem inv = NULL;
-    SEG_TRY(seg_temp(q, (size_t)r->dst_rows * sizeof(cl_int), &inv));
-    SEG_TRY(seg_enq_invert(q, r->index, NULL, r->index_off, r->n_index, r->dst_rows, inv,
-                           SEG_TEMP_OFF));
+    SEG_TRY(cv_seg_temp(q, (size_t)r->dst_rows * sizeof(cl_int), &inv));
+    SEG_TRY(cv_seg_enq_invert(q, r->index, NULL, r->index_off, r->n_index, r->dst_rows, inv,
+                              SEG_TEMP_OFF));
     c.n_rows = r->dst_rows;
     c.map32 = inv;
     c.map_off = SEG_TEMP_OFF;
     c.fill_mode = 1;
-    return seg_enq_copy(q, &c);
+    return cv_seg_enq_copy(q, &c);
 }
 
 /* The host-memory paths: upload, enqueue, read back, release. */
 static clvarlen_status gather_on_device(clvarlen_context *ctx, const rows_args *h, const void *src,
-                                        const int32_t *index, void *dst, const seg_rows *sr,
-                                        const seg_rows *dr)
+                                        const int32_t *index, void *dst, const cv_seg_rows *sr,
+                                        const cv_seg_rows *dr)
 {
     cv_chain q;
     cv_chain_begin(&q, ctx, 0, NULL, false);
     cl_mem d_src = NULL, d_idx = NULL, d_dst = NULL;
     clvarlen_status st;
-    SEG_TRY_OUT(seg_upload(ctx, h->src_rows > 0 ? src : NULL, sr->span, &d_src));
-    SEG_TRY_OUT(seg_upload(ctx, index, (size_t)h->n_index * 4, &d_idx));
+    SEG_TRY_OUT(cv_seg_upload(ctx, h->src_rows > 0 ? src : NULL, sr->span, &d_src));
+    SEG_TRY_OUT(cv_seg_upload(ctx, index, (size_t)h->n_index * 4, &d_idx));
     SEG_TRY_OUT(cv_buffer(ctx, dr->span, NULL, &d_dst));
     rows_args r = *h;
     r.src = d_src;
     r.index = d_idx;
     r.dst = d_dst;
     SEG_TRY_OUT(enq_gather(&q, &r));
-    SEG_TRY_OUT(seg_read_rows(&q, d_dst, h->n_index, dr->row_bytes, dr->stride_b, dst));
+    SEG_TRY_OUT(cv_seg_read_rows(&q, d_dst, h->n_index, dr->row_bytes, dr->stride_b, dst));
 out:
     cv_chain_abort(&q);
     cv_release(&d_src);
@@ -158,8 +158,8 @@ out:
 }
 
 static clvarlen_status scatter_on_device(clvarlen_context *ctx, const rows_args *h, const void *src,
-                                         const int32_t *index, void *dst, const seg_rows *sr,
-                                         const seg_rows *dr, clvarlen_scatter_mode mode,
+                                         const int32_t *index, void *dst, const cv_seg_rows *sr,
+                                         const cv_seg_rows *dr, clvarlen_scatter_mode mode,
                                          bool zero_rest, bool distinct)
 {
     bool overwrite = mode == CLVARLEN_SCATTER_OVERWRITE;
@@ -167,8 +167,8 @@ static clvarlen_status scatter_on_device(clvarlen_context *ctx, const rows_args 
     cv_chain_begin(&q, ctx, 0, NULL, false);
     cl_mem d_src = NULL, d_idx = NULL, d_dst = NULL;
     clvarlen_status st;
-    SEG_TRY_OUT(seg_upload(ctx, h->n_index > 0 ? src : NULL, sr->span, &d_src));
-    SEG_TRY_OUT(seg_upload(ctx, h->n_index > 0 ? index : NULL, (size_t)h->n_index * 4, &d_idx));
+    SEG_TRY_OUT(cv_seg_upload(ctx, h->n_index > 0 ? src : NULL, sr->span, &d_src));
+    SEG_TRY_OUT(cv_seg_upload(ctx, h->n_index > 0 ? index : NULL, (size_t)h->n_index * 4, &d_idx));
     /* every dst row is written with overwrite + zero_rest; otherwise keep the others */
     SEG_TRY_OUT(cv_buffer(ctx, dr->span, (overwrite && zero_rest) ? NULL : dst, &d_dst));
     rows_args r = *h;
@@ -176,7 +176,7 @@ static clvarlen_status scatter_on_device(clvarlen_context *ctx, const rows_args 
     r.index = d_idx;
     r.dst = d_dst;
     SEG_TRY_OUT(enq_scatter(&q, &r, mode, zero_rest, distinct));
-    SEG_TRY_OUT(seg_read_rows(&q, d_dst, h->dst_rows, dr->row_bytes, dr->stride_b, dst));
+    SEG_TRY_OUT(cv_seg_read_rows(&q, d_dst, h->dst_rows, dr->row_bytes, dr->stride_b, dst));
 out:
     cv_chain_abort(&q);
     cv_release(&d_src);
@@ -196,17 +196,18 @@ clvarlen_status clvarlen_gather_rows(clvarlen_context *ctx, clvarlen_dtype dtype
 {
     const char *fn = __func__;
     CV_ENTER(ctx);
-    seg_rows sr, dr;
-    SEG_TRY(seg_rows_geom(ctx, fn, "src", dtype, row_elems, src_rows, src_stride, src, &sr));
-    SEG_TRY(seg_rows_geom(ctx, fn, "dst", dtype, row_elems, n_index, dst_stride, dst, &dr));
-    SEG_TRY(seg_need(ctx, fn, "index", index, n_index > 0));
-    SEG_TRY(seg_check_indices(ctx, fn, "index", index, NULL, n_index, src_rows, true, NULL, false));
+    cv_seg_rows sr, dr;
+    SEG_TRY(cv_seg_rows_geom(ctx, fn, "src", dtype, row_elems, src_rows, src_stride, src, &sr));
+    SEG_TRY(cv_seg_rows_geom(ctx, fn, "dst", dtype, row_elems, n_index, dst_stride, dst, &dr));
+    SEG_TRY(cv_seg_need(ctx, fn, "index", index, n_index > 0));
+    SEG_TRY(cv_seg_check_indices(ctx, fn, "index", index, NULL, n_index, src_rows, true, NULL,
+                                 false));
     if (n_index == 0)
         return CLVARLEN_SUCCESS;
     const cv_region regions[] = {
-        seg_host_rows("src", src, &sr, src_rows, false),
-        seg_host("index", index, (uint64_t)n_index * 4, false),
-        seg_host_rows("dst", dst, &dr, n_index, true),
+        cv_seg_host_rows("src", src, &sr, src_rows, false),
+        cv_seg_host("index", index, (uint64_t)n_index * 4, false),
+        cv_seg_host_rows("dst", dst, &dr, n_index, true),
     };
     SEG_TRY(SEG_CHECK_HOST(ctx, fn, regions));
     if (!cv_use_cl(ctx)) {
@@ -214,7 +215,7 @@ clvarlen_status clvarlen_gather_rows(clvarlen_context *ctx, clvarlen_dtype dtype
         return CLVARLEN_SUCCESS;
     }
 #if CLVARLEN_HAVE_OPENCL
-    SEG_TRY(seg_check_cl_limits(ctx, fn, sr.row_bytes, n_index));
+    SEG_TRY(cv_seg_check_cl_limits(ctx, fn, sr.row_bytes, n_index));
     rows_args r = {
         .dtype = dtype,
         .row_elems = row_elems,
@@ -242,29 +243,29 @@ clvarlen_status clvarlen_scatter_rows(clvarlen_context *ctx, clvarlen_dtype dtyp
 {
     const char *fn = __func__;
     CV_ENTER(ctx);
-    seg_rows sr, dr;
-    SEG_TRY(seg_check_scatter_mode(ctx, fn, dtype, mode, flags));
-    SEG_TRY(seg_rows_geom(ctx, fn, "src", dtype, row_elems, n_index, src_stride, src, &sr));
-    SEG_TRY(seg_rows_geom(ctx, fn, "dst", dtype, row_elems, dst_rows, dst_stride, dst, &dr));
-    SEG_TRY(seg_need(ctx, fn, "index", index, n_index > 0));
+    cv_seg_rows sr, dr;
+    SEG_TRY(cv_seg_check_scatter_mode(ctx, fn, dtype, mode, flags));
+    SEG_TRY(cv_seg_rows_geom(ctx, fn, "src", dtype, row_elems, n_index, src_stride, src, &sr));
+    SEG_TRY(cv_seg_rows_geom(ctx, fn, "dst", dtype, row_elems, dst_rows, dst_stride, dst, &dr));
+    SEG_TRY(cv_seg_need(ctx, fn, "index", index, n_index > 0));
     bool overwrite = mode == CLVARLEN_SCATTER_OVERWRITE;
     bool zero_rest = (flags & CLVARLEN_SCATTER_ZERO_REST) != 0;
     bool distinct = false;
-    SEG_TRY(seg_check_indices(ctx, fn, "index", index, NULL, n_index, dst_rows, true,
-                              (overwrite || cv_use_cl(ctx)) ? &distinct : NULL, overwrite));
+    SEG_TRY(cv_seg_check_indices(ctx, fn, "index", index, NULL, n_index, dst_rows, true,
+                                 (overwrite || cv_use_cl(ctx)) ? &distinct : NULL, overwrite));
     if (dst_rows == 0 || (n_index == 0 && !zero_rest))
         return CLVARLEN_SUCCESS;
     const cv_region regions[] = {
-        seg_host_rows("src", src, &sr, n_index, false),
-        seg_host("index", index, (uint64_t)n_index * 4, false),
-        seg_host_rows("dst", dst, &dr, dst_rows, true),
+        cv_seg_host_rows("src", src, &sr, n_index, false),
+        cv_seg_host("index", index, (uint64_t)n_index * 4, false),
+        cv_seg_host_rows("dst", dst, &dr, dst_rows, true),
     };
     SEG_TRY(SEG_CHECK_HOST(ctx, fn, regions));
     if (!cv_use_cl(ctx))
         return cv_cpu_scatter(ctx, dtype, row_elems, src, sr.stride_b, index, n_index, dst,
                               dst_rows, dr.stride_b, mode, zero_rest);
 #if CLVARLEN_HAVE_OPENCL
-    SEG_TRY(seg_check_cl_limits(ctx, fn, sr.row_bytes, CV_MAX(n_index, dst_rows)));
+    SEG_TRY(cv_seg_check_cl_limits(ctx, fn, sr.row_bytes, CV_MAX(n_index, dst_rows)));
     rows_args r = {
         .dtype = dtype,
         .row_elems = row_elems,
@@ -292,15 +293,15 @@ clvarlen_status clvarlen_cl_gather_rows(clvarlen_context *ctx, clvarlen_dtype dt
     const char *fn = __func__;
     CV_ENTER(ctx);
     SEG_TRY(cv_cl_enter(ctx, fn, num_events, wait_list));
-    seg_rows sr, dr;
+    cv_seg_rows sr, dr;
     size_t es = cv_dtype_size(dtype);
-    SEG_TRY(seg_rows_geom(ctx, fn, "src", dtype, row_elems, src_rows, src_stride, src, &sr));
-    SEG_TRY(seg_rows_geom(ctx, fn, "dst", dtype, row_elems, n_index, dst_stride, dst, &dr));
-    SEG_TRY(seg_check_cl_limits(ctx, fn, sr.row_bytes, n_index));
+    SEG_TRY(cv_seg_rows_geom(ctx, fn, "src", dtype, row_elems, src_rows, src_stride, src, &sr));
+    SEG_TRY(cv_seg_rows_geom(ctx, fn, "dst", dtype, row_elems, n_index, dst_stride, dst, &dr));
+    SEG_TRY(cv_seg_check_cl_limits(ctx, fn, sr.row_bytes, n_index));
     const cv_mem_arg args[] = {
-        seg_mem_rows("src", src, src_offset, es, &sr, src_rows, false),
-        seg_mem("index", index, index_offset, 4, (uint64_t)n_index * 4, n_index > 0, false),
-        seg_mem_rows("dst", dst, dst_offset, es, &dr, n_index, true),
+        cv_seg_mem_rows("src", src, src_offset, es, &sr, src_rows, false),
+        cv_seg_mem("index", index, index_offset, 4, (uint64_t)n_index * 4, n_index > 0, false),
+        cv_seg_mem_rows("dst", dst, dst_offset, es, &dr, n_index, true),
     };
     SEG_TRY(SEG_CHECK_MEM(ctx, fn, args));
     rows_args r = {
@@ -335,16 +336,16 @@ clvarlen_cl_scatter_rows(clvarlen_context *ctx, clvarlen_dtype dtype, int64_t ro
     const char *fn = __func__;
     CV_ENTER(ctx);
     SEG_TRY(cv_cl_enter(ctx, fn, num_events, wait_list));
-    seg_rows sr, dr;
+    cv_seg_rows sr, dr;
     size_t es = cv_dtype_size(dtype);
-    SEG_TRY(seg_check_scatter_mode(ctx, fn, dtype, mode, flags));
-    SEG_TRY(seg_rows_geom(ctx, fn, "src", dtype, row_elems, n_index, src_stride, src, &sr));
-    SEG_TRY(seg_rows_geom(ctx, fn, "dst", dtype, row_elems, dst_rows, dst_stride, dst, &dr));
-    SEG_TRY(seg_check_cl_limits(ctx, fn, sr.row_bytes, CV_MAX(n_index, dst_rows)));
+    SEG_TRY(cv_seg_check_scatter_mode(ctx, fn, dtype, mode, flags));
+    SEG_TRY(cv_seg_rows_geom(ctx, fn, "src", dtype, row_elems, n_index, src_stride, src, &sr));
+    SEG_TRY(cv_seg_rows_geom(ctx, fn, "dst", dtype, row_elems, dst_rows, dst_stride, dst, &dr));
+    SEG_TRY(cv_seg_check_cl_limits(ctx, fn, sr.row_bytes, CV_MAX(n_index, dst_rows)));
     const cv_mem_arg args[] = {
-        seg_mem_rows("src", src, src_offset, es, &sr, n_index, false),
-        seg_mem("index", index, index_offset, 4, (uint64_t)n_index * 4, n_index > 0, false),
-        seg_mem_rows("dst", dst, dst_offset, es, &dr, dst_rows, true),
+        cv_seg_mem_rows("src", src, src_offset, es, &sr, n_index, false),
+        cv_seg_mem("index", index, index_offset, 4, (uint64_t)n_index * 4, n_index > 0, false),
+        cv_seg_mem_rows("dst", dst, dst_offset, es, &dr, dst_rows, true),
     };
     SEG_TRY(SEG_CHECK_MEM(ctx, fn, args));
     rows_args r = {

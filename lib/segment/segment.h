@@ -31,9 +31,9 @@
  * and enqueue steps read as one list with early returns. */
 #define SEG_TRY(expr)                                                                          \
     do {                                                                                       \
-        clvarlen_status seg_try_st_ = (expr);                                                  \
-        if (seg_try_st_ != CLVARLEN_SUCCESS)                                                   \
-            return seg_try_st_;                                                                \
+        clvarlen_status cv_seg_try_st_ = (expr);                                                  \
+        if (cv_seg_try_st_ != CLVARLEN_SUCCESS)                                                   \
+            return cv_seg_try_st_;                                                                \
     } while (0)
 
 /* In a function with one cleanup block at `out:`: stores expr's status in
@@ -49,44 +49,44 @@
 /* ------------------------------------------------------------ host-side validation (launch.c) */
 
 /** INVALID_ARGUMENT "<fn>: <what> is NULL" when needed and p is NULL. */
-clvarlen_status seg_need(clvarlen_context *ctx, const char *fn, const char *what, const void *p,
-                         bool needed);
+clvarlen_status cv_seg_need(clvarlen_context *ctx, const char *fn, const char *what, const void *p,
+                            bool needed);
 /** A count of sequences: kernels index them with int, cu has n + 1 entries. */
-clvarlen_status seg_check_count(clvarlen_context *ctx, const char *fn, const char *what,
-                                int64_t n);
+clvarlen_status cv_seg_check_count(clvarlen_context *ctx, const char *fn, const char *what,
+                                   int64_t n);
 
 /* Row tensor geometry in bytes. */
-typedef struct seg_rows {
+typedef struct cv_seg_rows {
     size_t row_bytes, stride_b, span;
-} seg_rows;
+} cv_seg_rows;
 
 /** cv_check_rows, ptr present when rows > 0, and the geometry in bytes. */
-clvarlen_status seg_rows_geom(clvarlen_context *ctx, const char *fn, const char *what,
-                              clvarlen_dtype dtype, int64_t row_elems, int64_t rows,
-                              int64_t stride, const void *ptr, seg_rows *g);
+clvarlen_status cv_seg_rows_geom(clvarlen_context *ctx, const char *fn, const char *what,
+                                 clvarlen_dtype dtype, int64_t row_elems, int64_t rows,
+                                 int64_t stride, const void *ptr, cv_seg_rows *g);
 /** A known scatter mode and flags; accumulate only on f32, f16, bf16 and i32 rows. */
-clvarlen_status seg_check_scatter_mode(clvarlen_context *ctx, const char *fn,
-                                       clvarlen_dtype dtype, clvarlen_scatter_mode mode,
-                                       unsigned flags);
+clvarlen_status cv_seg_check_scatter_mode(clvarlen_context *ctx, const char *fn,
+                                          clvarlen_dtype dtype, clvarlen_scatter_mode mode,
+                                          unsigned flags);
 /**
  * Host-visible indices (int32 or int64, one given): each in [0, limit), or -1
  * when allow_skip. With `distinct` set, *distinct says whether the entries
  * that name a row are pairwise different; with dup_is_error a repeat is
  * CLVARLEN_ERROR_INVALID_ARGUMENT.
  */
-clvarlen_status seg_check_indices(clvarlen_context *ctx, const char *fn, const char *what,
-                                  const int32_t *i32, const int64_t *i64, int64_t n,
-                                  int64_t limit, bool allow_skip, bool *distinct,
-                                  bool dup_is_error);
+clvarlen_status cv_seg_check_indices(clvarlen_context *ctx, const char *fn, const char *what,
+                                     const int32_t *i32, const int64_t *i64, int64_t n,
+                                     int64_t limit, bool allow_skip, bool *distinct,
+                                     bool dup_is_error);
 
 /* Host tensors of an entry point for the aliasing check: outputs must not
  * share memory with inputs or other outputs (cv_check_no_overlap). */
-static inline cv_region seg_host(const char *name, const void *ptr, uint64_t bytes, bool output)
+static inline cv_region cv_seg_host(const char *name, const void *ptr, uint64_t bytes, bool output)
 {
     return cv_host_region(name, ptr, cv_extent_bytes(0, bytes), output);
 }
-static inline cv_region seg_host_rows(const char *name, const void *ptr, const seg_rows *g,
-                                      int64_t rows, bool output)
+static inline cv_region cv_seg_host_rows(const char *name, const void *ptr, const cv_seg_rows *g,
+                                         int64_t rows, bool output)
 {
     return cv_host_region(name, ptr, cv_extent_rows(0, rows, g->row_bytes, g->stride_b), output);
 }
@@ -104,7 +104,7 @@ static inline cv_region seg_host_rows(const char *name, const void *ptr, const s
  * (a device-computed total) is at byte 0. */
 #define SEG_TEMP_OFF 64
 
-/* The family's kernel programs (seg_kernel picks the file and -D options):
+/* The family's kernel programs (cv_seg_kernel picks the file and -D options):
  * element-wise maps (cl/segment-maps.cl), single-work-group scans and
  * seqlens_expand (cl/segment-scan.cl, at two work-group sizes), row copies
  * and accumulating row kernels (cl/segment.cl), gen_seq_lens
@@ -118,59 +118,59 @@ enum {
     SEG_PROG_GEN,
 };
 
-size_t seg_copy_wg(const clvarlen_context *ctx);
-size_t seg_scan_wg(const clvarlen_context *ctx);
-size_t seg_expand_wg(const clvarlen_context *ctx);
+size_t cv_seg_copy_wg(const clvarlen_context *ctx);
+size_t cv_seg_scan_wg(const clvarlen_context *ctx);
+size_t cv_seg_expand_wg(const clvarlen_context *ctx);
 /** Destination rows per group of the ordered accumulate. */
-size_t seg_acc_rows(const clvarlen_context *ctx);
+size_t cv_seg_acc_rows(const clvarlen_context *ctx);
 
 /** Kernel `name` of `program` (SEG_PROG_*), with the row unit (copies) or
  * the accumulation dtype code (acc, CV_DT_*) as -D options. */
-clvarlen_status seg_kernel(clvarlen_context *ctx, int program, int unit, int acc,
-                           const char *name, cl_kernel *kernel);
+clvarlen_status cv_seg_kernel(clvarlen_context *ctx, int program, int unit, int acc,
+                              const char *name, cl_kernel *kernel);
 /** The widest unit dividing the row and every byte offset and stride. */
-int seg_pick_unit(size_t row_bytes, const size_t *v, int nv);
+int cv_seg_pick_unit(size_t row_bytes, const size_t *v, int nv);
 
 /* Rows laid over work-groups: lpr lanes per row, several short rows per group. */
-typedef struct seg_geo {
+typedef struct cv_seg_geo {
     cl_int row_units, lpr;
     size_t global, local;
-} seg_geo;
+} cv_seg_geo;
 
-void seg_row_geo(const clvarlen_context *ctx, int64_t units, int64_t rows, seg_geo *g);
+void cv_seg_row_geo(const clvarlen_context *ctx, int64_t units, int64_t rows, cv_seg_geo *g);
 /** Fused kernels: about as many work-groups as fit on the device at once. */
-void seg_fused_geo(const clvarlen_context *ctx, int64_t units, int64_t rows, seg_geo *g);
+void cv_seg_fused_geo(const clvarlen_context *ctx, int64_t units, int64_t rows, cv_seg_geo *g);
 /** A 1-D grid of one work-item per element, grid-stride beyond the cap. */
-void seg_elem_grid(const clvarlen_context *ctx, int64_t n, size_t *global, size_t *local);
+void cv_seg_elem_grid(const clvarlen_context *ctx, int64_t n, size_t *global, size_t *local);
 
 /** A 1-D launch on the chain. */
-clvarlen_status seg_run(cv_chain *q, cl_kernel k, const char *what, size_t global, size_t local);
-size_t seg_align8(size_t x);
+clvarlen_status cv_seg_run(cv_chain *q, cl_kernel k, const char *what, size_t global, size_t local);
+size_t cv_seg_align8(size_t x);
 /** The context's temp buffer with `bytes` of work space at SEG_TEMP_OFF (one call per chain). */
-clvarlen_status seg_temp(cv_chain *q, size_t bytes, cl_mem *mem);
+clvarlen_status cv_seg_temp(cv_chain *q, size_t bytes, cl_mem *mem);
 /** Blocking read of rows (only the row bytes of a strided tensor) after the chain. */
-clvarlen_status seg_read_rows(cv_chain *q, cl_mem mem, int64_t rows, size_t row_bytes,
-                              size_t stride_b, void *host);
-clvarlen_status seg_read_bytes(cv_chain *q, cl_mem mem, size_t bytes, void *host);
+clvarlen_status cv_seg_read_rows(cv_chain *q, cl_mem mem, int64_t rows, size_t row_bytes,
+                                 size_t stride_b, void *host);
+clvarlen_status cv_seg_read_bytes(cv_chain *q, cl_mem mem, size_t bytes, void *host);
 /** An input buffer (NULL host pointer: no buffer). */
-clvarlen_status seg_upload(clvarlen_context *ctx, const void *host, size_t bytes, cl_mem *mem);
+clvarlen_status cv_seg_upload(clvarlen_context *ctx, const void *host, size_t bytes, cl_mem *mem);
 
 /** Kernels address a row in int units and tokens with int. */
-clvarlen_status seg_check_cl_limits(clvarlen_context *ctx, const char *fn, size_t row_bytes,
-                                    int64_t rows);
+clvarlen_status cv_seg_check_cl_limits(clvarlen_context *ctx, const char *fn, size_t row_bytes,
+                                       int64_t rows);
 /* The buffer arguments of a cl_mem entry point, checked together by
  * SEG_CHECK_MEM (cv_check_mem_args: present when needed, offset aligned, the
  * buffer large enough for what the shapes say, outputs not overlapping any
  * other argument). */
-static inline cv_mem_arg seg_mem(const char *name, cl_mem mem, size_t offset, size_t align,
-                                 uint64_t bytes, bool needed, bool output)
+static inline cv_mem_arg cv_seg_mem(const char *name, cl_mem mem, size_t offset, size_t align,
+                                    uint64_t bytes, bool needed, bool output)
 {
     cv_mem_arg a = {name, mem, offset, align, cv_extent_bytes(0, bytes), needed, output, 0};
     return a;
 }
-/** A row tensor of geometry g (seg_rows_geom) with `rows` rows. */
-static inline cv_mem_arg seg_mem_rows(const char *name, cl_mem mem, size_t offset, size_t align,
-                                      const seg_rows *g, int64_t rows, bool output)
+/** A row tensor of geometry g (cv_seg_rows_geom) with `rows` rows. */
+static inline cv_mem_arg cv_seg_mem_rows(const char *name, cl_mem mem, size_t offset, size_t align,
+                                         const cv_seg_rows *g, int64_t rows, bool output)
 {
     cv_mem_arg a = {.name = name, .mem = mem, .offset = offset, .align = align,
                     .ext = cv_extent_rows(0, rows, g->row_bytes, g->stride_b),
@@ -186,12 +186,12 @@ static inline cv_mem_arg seg_mem_rows(const char *name, cl_mem mem, size_t offse
  * it to their kernels, with check = (q->flag != NULL). */
 
 /** lengths -> cu (and total, capacity check) in one work-group scan. */
-clvarlen_status seg_enq_scan_lengths(cv_chain *q, cl_mem len, size_t len_off, int64_t n,
-                                     int64_t max_len, int64_t capacity, cl_mem cu, size_t cu_off,
-                                     cl_mem total_out, size_t total_off, cl_mem scratch);
+clvarlen_status cv_seg_enq_scan_lengths(cv_chain *q, cl_mem len, size_t len_off, int64_t n,
+                                        int64_t max_len, int64_t capacity, cl_mem cu, size_t cu_off,
+                                        cl_mem total_out, size_t total_off, cl_mem scratch);
 /** inv[0..rows) = -1 (at byte inv_off), then inv[map[i]] = i. */
-clvarlen_status seg_enq_invert(cv_chain *q, cl_mem m32, cl_mem m64, size_t map_off, int64_t n,
-                               int64_t rows, cl_mem inv, size_t inv_off);
+clvarlen_status cv_seg_enq_invert(cv_chain *q, cl_mem m32, cl_mem m64, size_t map_off, int64_t n,
+                                  int64_t rows, cl_mem inv, size_t inv_off);
 
 /* Arguments of segment_copy_rows. */
 typedef struct copy_args {
@@ -213,9 +213,9 @@ typedef struct copy_args {
     int accumulate;
 } copy_args;
 
-clvarlen_status seg_enq_copy(cv_chain *q, const copy_args *c);
+clvarlen_status cv_seg_enq_copy(cv_chain *q, const copy_args *c);
 /** The 16-byte fill pattern: one element repeated (NULL: zeros). */
-void seg_fill_pattern(unsigned char out[16], const void *elem, size_t es);
+void cv_seg_fill_pattern(unsigned char out[16], const void *elem, size_t es);
 
 #endif /* CLVARLEN_HAVE_OPENCL */
 
