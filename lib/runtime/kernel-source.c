@@ -1,6 +1,6 @@
 /* Kernel loading: find cl/<file> (CLVARLEN_KERNEL_PATH or the option, then
- * the source tree when the library runs from its build tree, then the copies
- * compiled into the library, so an installed library works from any prefix), join cl/cv-shared.h and cl/common.clh from the
+ * the copies compiled into the library, so that an installed library works
+ * from any prefix and no build path is kept in the binary), join cl/cv-shared.h and cl/common.clh from the
  * same directory in front of it (and the headers it names, in place), and build it with the op's -D options. Programs are kept per
  * context (in memory) and as binaries on disk (program-cache.c). A failed allocation is
  * CLVARLEN_ERROR_OUT_OF_MEMORY, never "kernel not found".
@@ -9,7 +9,6 @@
 
 #if CLVARLEN_HAVE_OPENCL
 
-#include <dlfcn.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,22 +80,6 @@ static file_result read_in(const char *dir, const char *name, char **data, size_
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     return read_file(path, data, size);
-}
-
-/* The build tree's kernels serve only a library that was loaded from the build tree. */
-static bool running_from_build_tree(void)
-{
-    Dl_info info;
-    if (!dladdr((void *)(uintptr_t)clvarlen_version, &info) || !info.dli_fname)
-        return false;
-    char real[PATH_MAX];
-    if (!realpath(info.dli_fname, real))
-        return false;
-    char root[PATH_MAX];
-    if (!realpath(CLVARLEN_BUILD_ROOT, root))
-        return false;
-    size_t n = strlen(root);
-    return strncmp(real, root, n) == 0 && real[n] == '/';
 }
 
 /* The preludes joined in front of every family file, in order: the constants
@@ -251,8 +234,6 @@ static clvarlen_status load_source(clvarlen_context *ctx, const char *file, char
              d = strtok_r(NULL, ":", &save))
             dirs[n_dirs++] = d;
     }
-    if (running_from_build_tree())
-        dirs[n_dirs++] = CLVARLEN_SOURCE_KERNEL_DIR;
     dirs[n_dirs++] = embedded_dir;
 
     for (size_t i = 0; i < n_dirs; i++) {
