@@ -1,9 +1,8 @@
 /* Finding and building kernel sources (OpenCL): CLVARLEN_KERNEL_PATH and
  * clvarlen_options_set_kernel_path. The path is searched first: a directory
- * without the kernels falls through to the build tree; one with segment.cl
- * but no common.clh gives CLVARLEN_ERROR_KERNEL_NOT_FOUND naming the file; a
- * directory with a broken
- * segment.cl gives CLVARLEN_ERROR_KERNEL_BUILD with the build log in the
+ * without the kernels falls through to the copies compiled into the library;
+ * one with segment.cl but no common.clh gives CLVARLEN_ERROR_KERNEL_NOT_FOUND
+ * naming the file; a directory with a broken segment.cl gives CLVARLEN_ERROR_KERNEL_BUILD with the build log in the
  * message; a directory with good copies is used. The program cache is off
  * here, so every context reads the sources.
  */
@@ -130,14 +129,14 @@ static clvarlen_status gather_with_path(char *dir, int via_env, char *msg, size_
 }
 
 /* The path is searched first, not alone: a directory without the kernel falls through to the
- * build tree (these tests run from it), as the README documents. */
+ * copies compiled into the library, as the README documents. */
 START_TEST(kp_empty_option_falls_through)
 {
     char *dir = tu_make_temp_dir("kernels-empty");
     char msg[4096];
     clvarlen_status st = gather_with_path(dir, 0, msg, sizeof msg);
-    tu_check(st == CLVARLEN_SUCCESS, "kernel path %s without kernels: got %s, want the build "
-             "tree's kernels (%s)", dir, clvarlen_status_name(st), msg);
+    tu_check(st == CLVARLEN_SUCCESS, "kernel path %s without kernels: got %s, want the "
+             "built-in kernels (%s)", dir, clvarlen_status_name(st), msg);
     free(dir);
 }
 END_TEST
@@ -148,7 +147,7 @@ START_TEST(kp_empty_env_falls_through)
     char msg[4096];
     clvarlen_status st = gather_with_path(dir, 1, msg, sizeof msg);
     tu_check(st == CLVARLEN_SUCCESS, "CLVARLEN_KERNEL_PATH=%s without kernels: got %s, want the "
-             "build tree's kernels (%s)", dir, clvarlen_status_name(st), msg);
+             "built-in kernels (%s)", dir, clvarlen_status_name(st), msg);
     free(dir);
 }
 END_TEST
