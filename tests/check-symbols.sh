@@ -2,7 +2,8 @@
 # check-symbols.sh LIBRARY.so SYMBOLS_FILE
 #
 # The library's exported clvarlen_* symbols must be exactly those of the
-# Debian-style symbols file (lib/abi/libclvarlen0.symbols): a symbol added to
+# Debian symbols file (debian/libclvarlen0.symbols, which dpkg-gensymbols also
+# checks when the package is built): a symbol added to
 # the API is added there (with the version that brings it), and one that
 # disappears is an ABI break this check reports. Every build configuration
 # exports the same symbols (without OpenCL, the clvarlen_cl_* ones are stubs).
