@@ -165,12 +165,86 @@ START_TEST(abi_cl_stubs)
 END_TEST
 #endif
 
+/* ------------------------------------------------------------ a caller's parallel-for */
+
+typedef struct user_pool {
+    int calls;
+    int64_t covered;
+    int bad;
+} user_pool;
+
+/* Runs the ranges in reverse order on the calling thread, checking them. */
+static void user_for(void *user, int64_t n, int64_t grain, clvarlen_task_fn task, void *task_arg)
+{
+    user_pool *u = user;
+    u->calls++;
+    if (grain < 1)
+        u->bad = 1;
+    for (int64_t b = (n - 1) / grain * grain; b >= 0; b -= grain) {
+        int64_t e = b + grain < n ? b + grain : n;
+        task(task_arg, b, e);
+        u->covered += e - b;
+    }
+}
+
+START_TEST(abi_parallel_for)
+{
+    clvarlen_options *opt = NULL;
+    ck_assert_int_eq(clvarlen_options_create(&opt), CLVARLEN_SUCCESS);
+    check_err(NULL, clvarlen_options_set_parallel_for(opt, user_for, NULL, 0),
+              CLVARLEN_ERROR_INVALID_ARGUMENT, CLVARLEN_SUCCESS,
+              "clvarlen_options_set_parallel_for", "max_threads 0");
+    user_pool u = {0, 0, 0};
+    ck_assert_int_eq(clvarlen_options_set_parallel_for(opt, user_for, &u, 3), CLVARLEN_SUCCESS);
+    ck_assert_int_eq(clvarlen_options_set_device(opt, "cpu"), CLVARLEN_SUCCESS);
+    clvarlen_context *mine = NULL, *own = tu_cpu_context();
+    ck_assert_int_eq(clvarlen_context_create(opt, &mine), CLVARLEN_SUCCESS);
+    clvarlen_options_destroy(opt);
+    ck_assert_int_eq(clvarlen_context_threads(mine), 3);
+    /* attention forward and backward: bitwise the library pool's result */
+    enum { T = 70, H = 2, D = 32 };
+    static float q[T * H * D], k[T * D], v[T * D], o[2][T * H * D], lse[2][H * T];
+    static float g[2][3][T * H * D];
+    for (int i = 0; i < T * H * D; i++)
+        q[i] = (float)((i * 37) % 101) / 101.0f - 0.5f;
+    for (int i = 0; i < T * D; i++) {
+        k[i] = (float)((i * 53) % 97) / 97.0f - 0.5f;
+        v[i] = (float)((i * 29) % 89) / 89.0f - 0.5f;
+    }
+    const int32_t cu[3] = {0, 45, 70};
+    clvarlen_attention_params p;
+    clvarlen_attention_params_init(&p);
+    p.n_seqs = 2;
+    p.total_q = p.total_k = T;
+    p.heads_q = H;
+    p.heads_kv = 1;
+    p.head_dim = D;
+    p.causal = 1;
+    clvarlen_context *ctx[2] = {own, mine};
+    for (int c = 0; c < 2; c++) {
+        check_ok(ctx[c], clvarlen_attention_forward(ctx[c], &p, q, k, v, cu, cu, NULL, o[c],
+                                                    lse[c]),
+                 "forward");
+        check_ok(ctx[c], clvarlen_attention_backward(ctx[c], &p, NULL, q, k, v, o[c], q, lse[c],
+                                                     cu, cu, NULL, g[c][0], g[c][1], g[c][2]),
+                 "backward");
+    }
+    ck_assert(memcmp(o[0], o[1], sizeof o[0]) == 0);
+    ck_assert(memcmp(g[0], g[1], sizeof g[0]) == 0);
+    ck_assert_msg(u.calls > 0 && u.covered > 0 && !u.bad, "calls %d covered %lld", u.calls,
+                  (long long)u.covered);
+    clvarlen_context_destroy(mine);
+    clvarlen_context_destroy(own);
+}
+END_TEST
+
 TCase *api_abi_cases(void)
 {
     TCase *tc = tcase_create("abi");
     tcase_add_test(tc, abi_init_writes_only_size);
     tcase_add_test(tc, abi_attention_params_sizes);
     tcase_add_test(tc, abi_outputs);
+    tcase_add_test(tc, abi_parallel_for);
 #ifdef TEST_CL_STUBS
     tcase_add_test(tc, abi_cl_stubs);
 #endif

@@ -258,8 +258,29 @@ CLVARLEN_API clvarlen_status clvarlen_options_create(clvarlen_options **options)
 CLVARLEN_API void clvarlen_options_destroy(clvarlen_options *options);
 /** Device selection string (see clvarlen_device_select); NULL restores the default. */
 CLVARLEN_API clvarlen_status clvarlen_options_set_device(clvarlen_options *options, const char *spec);
-/** Worker threads of the CPU pool, 0 to 256; 0 = one per physical core (the default). */
+/** Worker threads of the CPU pool, 0 to 256; 0 = one per physical core (the default).
+ * Each pool binds its workers to cores (with hwloc); pools of different contexts start
+ * at different cores, round robin over the machine. */
 CLVARLEN_API clvarlen_status clvarlen_options_set_threads(clvarlen_options *options, int threads);
+/** A range task of the library: work on [begin, end). */
+typedef void (*clvarlen_task_fn)(void *task_arg, int64_t begin, int64_t end);
+/**
+ * A parallel-for the caller supplies (a runtime's own thread pool) for the CPU
+ * work of contexts made with these options, instead of the library's pool:
+ * fn(user, n, grain, task, task_arg) must call task(task_arg, begin, end) on
+ * disjoint ranges covering [0, n), each at least grain long except the last,
+ * on at most max_threads threads at once (the library sizes per-thread scratch
+ * by it), and return once every range has finished. The library calls fn from
+ * the thread of an API call, one call at a time per context; fn must not call
+ * the library. fn NULL restores the library's pool (max_threads ignored).
+ * Errors: CLVARLEN_ERROR_INVALID_ARGUMENT (options NULL, max_threads outside
+ * 1..256 with fn set).
+ */
+typedef void (*clvarlen_parallel_for_fn)(void *user, int64_t n, int64_t grain,
+                                         clvarlen_task_fn task, void *task_arg);
+CLVARLEN_API clvarlen_status clvarlen_options_set_parallel_for(clvarlen_options *options,
+                                                               clvarlen_parallel_for_fn fn,
+                                                               void *user, int max_threads);
 /** A colon-separated list of directories searched first for .cl files. */
 CLVARLEN_API clvarlen_status clvarlen_options_set_kernel_path(clvarlen_options *options,
                                                               const char *path);

@@ -269,6 +269,9 @@ static inline cv_region cv_host_region(const char *name, const void *ptr, cv_ext
 /** threads <= 0: one worker per physical core (hwloc), else sysconf. All or nothing:
  * NULL when an allocation or a thread fails (threads already started are joined). */
 cv_pool *cv_pool_create(int threads);
+/** A pool that hands every job to the caller's parallel-for (clvarlen_options_set_parallel_for);
+ * its size is max_threads. NULL when out of memory. */
+cv_pool *cv_pool_create_user(clvarlen_parallel_for_fn fn, void *user, int max_threads);
 /** Joins the workers and frees the pool; in a forked child that never adopted the
  * pool, frees it without joining (the workers were the parent's). */
 void cv_pool_destroy(cv_pool *pool);

@@ -18,6 +18,10 @@
 
 #define CV_POOL_MAX_THREADS 256
 
+/* The first core of the next pool: pools of different contexts spread over
+ * the machine instead of all binding their first worker to core 1. */
+static atomic_int next_core_base;
+
 typedef struct cv_worker {
     pthread_t thread;
     cv_pool *pool;
@@ -35,6 +39,10 @@ struct cv_pool {
     uint64_t generation; /* bumped for every job */
     int stopping;
     int busy_workers;    /* workers still inside the current job */
+    int core_base;       /* worker i binds to core (core_base + i) mod cores */
+    /* the caller's parallel-for (cv_pool_create_user): no workers of our own */
+    clvarlen_parallel_for_fn user_for;
+    void *user;
 
     /* the current job */
     cv_range_fn fn;
@@ -64,7 +72,8 @@ static void bind_to_core(cv_pool *p, int index)
 #if CLVARLEN_HAVE_HWLOC
     if (!p->topo || p->n_cores <= 0)
         return;
-    hwloc_obj_t core = hwloc_get_obj_by_type(p->topo, HWLOC_OBJ_CORE, (unsigned)(index % p->n_cores));
+    const unsigned at = (unsigned)((p->core_base + index) % p->n_cores);
+    hwloc_obj_t core = hwloc_get_obj_by_type(p->topo, HWLOC_OBJ_CORE, at);
     if (core && core->cpuset) {
         hwloc_bitmap_t set = hwloc_bitmap_dup(core->cpuset);
         if (!set)
@@ -179,6 +188,7 @@ cv_pool *cv_pool_create(int threads)
     int size = threads > 0 ? threads : cores;
     p->wanted = size > CV_POOL_MAX_THREADS ? CV_POOL_MAX_THREADS : size;
     p->size = 1;
+    p->core_base = atomic_fetch_add(&next_core_base, p->wanted);
     atomic_init(&p->next, 0);
     if (p->wanted > 1) {
         p->workers = calloc((size_t)p->wanted - 1, sizeof *p->workers);
@@ -200,9 +210,22 @@ cv_pool *cv_pool_create(int threads)
     return p;
 }
 
+cv_pool *cv_pool_create_user(clvarlen_parallel_for_fn fn, void *user, int max_threads)
+{
+    cv_pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->user_for = fn;
+    p->user = user;
+    p->size = p->wanted = max_threads;
+    p->fork_gen = cv_fork_generation();
+    atomic_init(&p->next, 0);
+    return p;
+}
+
 void cv_pool_adopt(cv_pool *p)
 {
-    if (!p || p->fork_gen == cv_fork_generation())
+    if (!p || p->user_for || p->fork_gen == cv_fork_generation())
         return;
     /* The parent's workers do not exist here, and its lock may look held. */
     if (sync_init(p) != 0) {
@@ -218,8 +241,9 @@ void cv_pool_destroy(cv_pool *p)
 {
     if (!p)
         return;
-    if (p->fork_gen != cv_fork_generation()) {
-        free_pool(p); /* a forked child's copy: no workers to join, locks not ours */
+    if (p->user_for || p->fork_gen != cv_fork_generation()) {
+        /* the caller's pool, or a forked child's copy: no workers to join, no locks */
+        free_pool(p);
         return;
     }
     pthread_mutex_lock(&p->lock);
@@ -250,6 +274,10 @@ void cv_pool_for(cv_pool *p, int64_t n, int64_t grain, cv_range_fn fn, void *arg
     int64_t chunk = (n + (int64_t)size * 4 - 1) / ((int64_t)size * 4);
     if (chunk < grain)
         chunk = grain;
+    if (p && p->user_for) {
+        p->user_for(p->user, n, chunk, fn, arg);
+        return;
+    }
     /* A pool seen in a forked child before adoption has no workers: run here. */
     if (!p || size == 1 || chunk >= n || p->fork_gen != cv_fork_generation()) {
         fn(arg, 0, n);

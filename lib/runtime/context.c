@@ -25,6 +25,9 @@ struct clvarlen_options {
     void *log_user;
     clvarlen_log_level log_level;
     int device_checks;
+    clvarlen_parallel_for_fn parallel_for;
+    void *parallel_for_user;
+    int parallel_for_threads;
 };
 
 /* ------------------------------------------------------------ options */
@@ -88,6 +91,19 @@ clvarlen_status clvarlen_options_set_threads(clvarlen_options *o, int threads)
         return cv_error(NULL, CLVARLEN_ERROR_INVALID_ARGUMENT,
                         "%s: threads must be 0 (one per core) to 256, got %d", __func__, threads);
     o->threads = threads;
+    return CLVARLEN_SUCCESS;
+}
+
+clvarlen_status clvarlen_options_set_parallel_for(clvarlen_options *o, clvarlen_parallel_for_fn fn,
+                                                  void *user, int max_threads)
+{
+    OPTIONS_ENTER(o);
+    if (fn && (max_threads < 1 || max_threads > 256))
+        return cv_error(NULL, CLVARLEN_ERROR_INVALID_ARGUMENT,
+                        "%s: max_threads must be 1 to 256, got %d", __func__, max_threads);
+    o->parallel_for = fn;
+    o->parallel_for_user = fn ? user : NULL;
+    o->parallel_for_threads = fn ? max_threads : 0;
     return CLVARLEN_SUCCESS;
 }
 
@@ -195,7 +211,10 @@ static clvarlen_context *context_alloc(const clvarlen_options *o)
     }
     ok = ok && resolve_cache_dir(o, &ctx->cache_dir) == 0;
     if (ok) {
-        ctx->base.pool = cv_pool_create(o ? o->threads : 0);
+        ctx->base.pool = o && o->parallel_for
+                             ? cv_pool_create_user(o->parallel_for, o->parallel_for_user,
+                                                   o->parallel_for_threads)
+                             : cv_pool_create(o ? o->threads : 0);
         ok = ctx->base.pool != NULL;
     }
     if (!ok) {
