@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <clvarlen/clvarlen.h>
 
@@ -44,6 +45,9 @@ static void print_help(void)
         "  --list-ops         the ops, their families and commands\n"
         "  --json             one JSON document on stdout\n"
         "  --quick            check: fewer, smaller cases; bench: fewer timed runs\n"
+        "  --case TEXT        bench: only cases whose name contains TEXT\n"
+        "  --progress         progress lines on stderr (ops, kernel compiles); the\n"
+        "                     default when stderr is a terminal\n"
         "  --seed S           random seed of the check data (default %u)\n"
         "  --min-mb M         bench: megabytes moved per measurement (default %.0f)\n"
         "  -h, --help         this text\n"
@@ -75,6 +79,7 @@ int main(int argc, char **argv)
     memset(&opt, 0, sizeof opt);
     opt.seed = CT_DEFAULT_SEED;
     opt.min_mbytes = DEFAULT_MIN_MB;
+    opt.progress = isatty(STDERR_FILENO);
     const char *cmd = NULL;
     int seen_quick = 0, seen_seed = 0, seen_min_mb = 0, seen_device = 0, seen_op = 0;
 
@@ -110,8 +115,10 @@ int main(int argc, char **argv)
         memcpy(name, a, len);
         name[len] = '\0';
         int takes_value = !strcmp(name, "--device") || !strcmp(name, "--op") ||
-                          !strcmp(name, "--seed") || !strcmp(name, "--min-mb");
-        int is_flag = !strcmp(name, "--json") || !strcmp(name, "--quick");
+                          !strcmp(name, "--seed") || !strcmp(name, "--min-mb") ||
+                          !strcmp(name, "--case");
+        int is_flag = !strcmp(name, "--json") || !strcmp(name, "--quick") ||
+                      !strcmp(name, "--progress");
         if (!takes_value && !is_flag)
             return usage_error("unknown option '%s'", a);
         if (is_flag && eq)
@@ -129,6 +136,10 @@ int main(int argc, char **argv)
         }
         if (!strcmp(name, "--json")) {
             opt.json = 1;
+        } else if (!strcmp(name, "--progress")) {
+            opt.progress = 1;
+        } else if (!strcmp(name, "--case")) {
+            opt.cases = value;
         } else if (!strcmp(name, "--quick")) {
             opt.quick = 1;
             seen_quick = 1;

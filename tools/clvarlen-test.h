@@ -31,7 +31,14 @@ typedef struct ct_options {
     int quick;            /* --quick: fewer, smaller cases */
     uint64_t seed;        /* --seed */
     double min_mbytes;    /* bench: minimum MB moved per measurement */
+    const char *cases;    /* --case: bench cases whose name contains it, NULL: all */
+    int progress;         /* --progress (or stderr a terminal): progress lines on stderr */
 } ct_options;
+
+/* Whether a bench case named `name` runs (--case). */
+int ct_case_wanted(const ct_options *opt, const char *name);
+/* A progress line on stderr (--progress), "clvarlen-test: ..." */
+void ct_progress(const ct_options *opt, const char *fmt, ...) CT_PRINTF(2, 3);
 
 /* One row of the check table. */
 typedef struct ct_row {

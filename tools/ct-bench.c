@@ -343,6 +343,7 @@ static void run_benches(const ct_options *opt, const ct_target *tg, clvarlen_con
         const ct_op *op = &ops[i];
         if (!op->bench || !ct_op_matches(opt->op, op))
             continue;
+        ct_progress(opt, "bench %s on %s", op->name, tg->label);
         if (op->bench(dev, opt, copy_gbps) != 0) {
             if (errs->n < 8)
                 snprintf(errs->v[errs->n++], sizeof errs->v[0], "bench %s failed", op->name);
@@ -395,6 +396,7 @@ static size_t bench_target(const ct_options *opt, const ct_target *tg, size_t ti
 
 int ct_cmd_bench(const ct_options *opt)
 {
+    ct_progress_compiles = opt->progress;
     if (ct_count_ops(opt->op, 1) == 0) {
         fprintf(stderr, "clvarlen-test: no benchmark matches --op %s\n", opt->op);
         return EXIT_USAGE;

@@ -98,6 +98,7 @@ static void check_device(check_run *run, const ct_target *tg, clvarlen_context *
         r->device_index = tg->index;
         snprintf(r->device, sizeof r->device, "%s", tg->name);
         snprintf(r->label, sizeof r->label, "%s", tg->label);
+        ct_progress(opt, "check %s on %s", op->name, tg->label);
         int frc = op->check(dev, run->cpu, opt, &r->row);
         if (frc != 0) {
             r->result = "ERROR";
@@ -187,6 +188,7 @@ static void check_targets(check_run *run, const ct_target *targets, size_t n_tar
 
 int ct_cmd_check(const ct_options *opt)
 {
+    ct_progress_compiles = opt->progress;
     if (ct_count_ops(opt->op, 0) == 0) {
         fprintf(stderr, "clvarlen-test: no check matches --op %s\n", opt->op);
         return EXIT_USAGE;

@@ -222,18 +222,33 @@ int ct_cmd_list(const ct_options *opt)
 
 /* ================================================================ targets and contexts */
 
+/* --progress: the library's "compiling ..." lines (first use of a kernel on a
+ * device; minutes on CPU OpenCL devices) go to stderr. */
+int ct_progress_compiles;
+
+static void compile_log(clvarlen_log_level level, const char *message, void *user)
+{
+    (void)user;
+    (void)level;
+    if (strncmp(message, "compiling ", 10) == 0)
+        fprintf(stderr, "clvarlen-test: %s\n", message);
+}
+
 clvarlen_status ct_make_context(int index, int threads, clvarlen_context **ctx)
 {
     clvarlen_options *o = NULL;
     clvarlen_status st = clvarlen_options_create(&o);
     if (st != CLVARLEN_SUCCESS)
         return st;
+    if (ct_progress_compiles && !getenv("CLVARLEN_LOG"))
+        st = clvarlen_options_set_log(o, compile_log, NULL, CLVARLEN_LOG_INFO);
     char spec[32];
     if (index < 0)
         snprintf(spec, sizeof spec, "cpu");
     else
         snprintf(spec, sizeof spec, "%d", index);
-    st = clvarlen_options_set_device(o, spec);
+    if (st == CLVARLEN_SUCCESS)
+        st = clvarlen_options_set_device(o, spec);
     if (st == CLVARLEN_SUCCESS && threads > 0)
         st = clvarlen_options_set_threads(o, threads);
     if (st == CLVARLEN_SUCCESS)

@@ -37,6 +37,8 @@ typedef struct ct_target {
 } ct_target;
 
 clvarlen_status ct_make_context(int index, int threads, clvarlen_context **ctx);
+/* Set by check and bench from --progress: contexts report kernel compiles on stderr. */
+extern int ct_progress_compiles;
 int ct_resolve_targets(const ct_options *opt, int for_bench, ct_target **out, size_t *n_out,
                        char *remark, size_t remark_size);
 

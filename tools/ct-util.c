@@ -394,3 +394,20 @@ double chk_unif(chk *c)
 {
     return ct_rng_uniform(&c->rng);
 }
+
+int ct_case_wanted(const ct_options *opt, const char *name)
+{
+    return !opt->cases || !*opt->cases || strstr(name, opt->cases) != NULL;
+}
+
+void ct_progress(const ct_options *opt, const char *fmt, ...)
+{
+    if (!opt->progress)
+        return;
+    va_list ap;
+    fputs("clvarlen-test: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}

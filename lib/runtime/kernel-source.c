@@ -372,6 +372,8 @@ static clvarlen_status build_program(clvarlen_context *ctx, const char *file, co
         free(source);
         return cv_cl_check(ctx, err, "clCreateProgramWithSource");
     }
+    cv_log(ctx, CLVARLEN_LOG_INFO, "compiling %s [%s] (first use on this device and driver; "
+           "cached afterwards)", file, options);
     err = clBuildProgram(p, 1, &ctx->cl_dev, options, NULL, NULL);
     if (err != CL_SUCCESS) {
         free(source);

@@ -401,10 +401,9 @@ int bench_attention_bwd(clvarlen_context *dev, const ct_options *opt, double cop
     size_t n = gpu_like ? sizeof gpu / sizeof gpu[0] : sizeof small / sizeof small[0];
     if (opt->quick && !gpu_like)
         n = 1;
-    const char *only = getenv("CLVARLEN_BENCH_CASES"); /* comma-separated names, for runs */
     int rc = 0;
     for (size_t i = 0; i < n; i++) {
-        if (only && *only && !strstr(only, list[i].name))
+        if (!ct_case_wanted(opt, list[i].name))
             continue;
         if (bench_one(dev, opt, &list[i], fma_rate) != 0)
             rc = -1;

@@ -682,7 +682,7 @@ int bench_attention(clvarlen_context *dev, const ct_options *opt, double copy_gb
         n = 2;
     int rc = 0;
     for (size_t i = 0; i < n; i++)
-        if (bench_one(dev, opt, &list[i], fma_rate) != 0)
+        if (ct_case_wanted(opt, list[i].name) && bench_one(dev, opt, &list[i], fma_rate) != 0)
             rc = -1;
     return rc;
 }
