@@ -2,7 +2,8 @@
 """Keeps the layering of docs/ARCHITECTURE.md true.
 
 Fails when a file in lib/ includes a header of a layer above it or of another
-op family (core <- runtime <- families; CPU twins see only the core), when a
+op family (core <- runtime <- families <- embed, which calls the families
+through the public API only; CPU twins see only the core), when a
 .c file in lib/ declares a non-static function it does not define (a call
 around the headers), when a file in lib/ or cl/ passes 900 lines or one in
 tools/ or tests/ passes 1,000, or when a function body in lib/, tools/ or
@@ -42,6 +43,8 @@ def layer_of(rel):
         return ("core", None)
     if top == "runtime":
         return ("runtime", None)
+    if top == "embed":
+        return ("embed", None)
     if top == "cpu":
         return ("cpu", family_of_name(parts[-1]))
     if top in FAMILIES:
@@ -66,6 +69,8 @@ def allowed_include(src_rel, inc):
         return t_layer == "cpu" and t_fam == fam
     if layer == "runtime":
         return t_layer == "runtime"
+    if layer == "embed":  # the hooks spanning the families: the public API and the core
+        return t_layer == "core"
     if layer == "family":
         if t_layer == "runtime":
             return True
@@ -86,7 +91,7 @@ def check_includes(root, errors):
             layer, fam = layer_of(rel)
             if layer == "lib":
                 errors.append(f"lib/{rel}: a source file outside the layer directories "
-                              "(core, runtime, cpu, " + ", ".join(FAMILIES) + ")")
+                              "(core, runtime, cpu, embed, " + ", ".join(FAMILIES) + ")")
                 continue
             if layer in ("cpu", "family") and fam is None:
                 errors.append(f"lib/{rel}: belongs to no op family ({', '.join(FAMILIES)})")

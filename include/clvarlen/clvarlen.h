@@ -331,6 +331,69 @@ CLVARLEN_API clvarlen_status clvarlen_context_device_sized(clvarlen_context *con
     clvarlen_context_device_sized((context), (info), sizeof(clvarlen_device_info))
 /** The number of CPU worker threads the context uses (the OpenCL path uses them for host work). */
 CLVARLEN_API int clvarlen_context_threads(const clvarlen_context *context);
+
+/* ---------------------------------------------------------------- kernels ahead of time */
+
+/* Op groups of clvarlen_context_precompile and clvarlen_supports. */
+#define CLVARLEN_PRECOMPILE_SEGMENT 0x1u            /**< the segment ops (shape-independent) */
+#define CLVARLEN_PRECOMPILE_ATTENTION 0x2u          /**< varlen attention forward (and merge) */
+#define CLVARLEN_PRECOMPILE_ATTENTION_BACKWARD 0x4u /**< attention forward and backward */
+#define CLVARLEN_PRECOMPILE_PAGED 0x8u              /**< cache append, paged attention */
+#define CLVARLEN_PRECOMPILE_GATED_DELTA 0x10u       /**< the gated delta rule, K = V = head_dim */
+
+/** Progress of clvarlen_context_precompile: step `done` of `total` finished (`what` names it). */
+typedef void (*clvarlen_progress_fn)(void *user, int done, int total, const char *what);
+
+/** What clvarlen_context_precompile builds. Initialise with clvarlen_precompile_params_init. */
+typedef struct clvarlen_precompile_params {
+    uint32_t struct_size;      /**< set by init (ABI growth, above) */
+    unsigned ops;              /**< CLVARLEN_PRECOMPILE_* bits; 0 = all */
+    clvarlen_dtype dtypes[4];  /**< the activation dtypes the runtime uses */
+    int32_t n_dtypes;          /**< 0..4; 0 = bf16 */
+    int32_t head_dims[8];      /**< the head dims (gated delta: K = V) */
+    int32_t n_head_dims;       /**< 0..8; 0 = 128 */
+    /** The model's heads (the GQA group picks decode kernels); 0 = 32 and 8. */
+    int32_t heads_q, heads_kv;
+    int32_t page_size;         /**< the paged cache's page size; 0 = 16 */
+    clvarlen_progress_fn progress; /**< may be NULL */
+    void *progress_user;
+} clvarlen_precompile_params;
+
+/** Defaults: struct_size = size, everything else 0 (see the fields). */
+CLVARLEN_API void clvarlen_precompile_params_init_sized(clvarlen_precompile_params *params,
+                                                        size_t size);
+#define clvarlen_precompile_params_init(params)                                                  \
+    clvarlen_precompile_params_init_sized((params), sizeof(clvarlen_precompile_params))
+/** The first released size of clvarlen_precompile_params (see ABI growth above). */
+#define CLVARLEN_PRECOMPILE_PARAMS_MIN_SIZE sizeof(clvarlen_precompile_params)
+
+/**
+ * Builds, ahead of time (service start, package post-install), the kernels the
+ * chosen ops use on the context's device for each dtype and head dim: every op
+ * runs once on a tiny zero-filled batch in the shapes that select its kernel
+ * variants (short and long sequences; decode, split and prefill rows), so the
+ * programs built are those real calls of these shapes build, and they are kept
+ * in the program cache for later processes. On the CPU fallback it only runs
+ * the ops. params NULL: the defaults. Errors: CLVARLEN_ERROR_INVALID_ARGUMENT
+ * (bad params), and the first op's error (UNSUPPORTED for a dtype or head dim
+ * the op does not take, KERNEL_BUILD ...), its message naming the op, dtype and
+ * head dim; the steps before it stay built.
+ */
+CLVARLEN_API clvarlen_status clvarlen_context_precompile(clvarlen_context *context,
+                                                         const clvarlen_precompile_params *params);
+/**
+ * Whether `op` (one CLVARLEN_PRECOMPILE_* bit) takes dtype and head_dim with
+ * these heads on the context's device: CLVARLEN_SUCCESS, or the error a call
+ * would meet (CLVARLEN_ERROR_UNSUPPORTED for a dtype or head dim it does not
+ * take, or a kernel that does not fit the device), with the reason in
+ * clvarlen_last_error. It runs the op on a tiny batch, so it also builds (and
+ * caches) the op's kernels for these shapes. The segment ops ignore dtype and
+ * head_dim. Errors also: CLVARLEN_ERROR_INVALID_ARGUMENT (unknown op, heads
+ * not positive).
+ */
+CLVARLEN_API clvarlen_status clvarlen_supports(clvarlen_context *context, unsigned op,
+                                               clvarlen_dtype dtype, int32_t head_dim,
+                                               int32_t heads_q, int32_t heads_kv);
 /** Blocks until all work queued by the context has finished. */
 CLVARLEN_API clvarlen_status clvarlen_context_finish(clvarlen_context *context);
 
