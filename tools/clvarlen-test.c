@@ -35,6 +35,8 @@ static void print_help(void)
         "  list               every OpenCL device, the CPU fallback and the default device\n"
         "  check              compare every implemented op with the CPU fallback (default)\n"
         "  bench              copy bandwidth, then GB/s of every benchmark\n"
+        "  precompile         build every kernel for f32, f16, bf16 and head dims 64, 128\n"
+        "                     ahead of time (the program cache keeps them)\n"
         "\n"
         "Options:\n"
         "  --device D         cpu, all, an index from 'list', or a substring of the\n"
@@ -88,7 +90,8 @@ int main(int argc, char **argv)
         if (a[0] != '-' || a[1] == '\0') {
             if (cmd)
                 return usage_error("unexpected argument '%s'", a);
-            if (strcmp(a, "list") && strcmp(a, "check") && strcmp(a, "bench"))
+            if (strcmp(a, "list") && strcmp(a, "check") && strcmp(a, "bench") &&
+                strcmp(a, "precompile"))
                 return usage_error("unknown command '%s'", a);
             cmd = a;
             continue;
@@ -180,6 +183,11 @@ int main(int argc, char **argv)
         if (seen_min_mb)
             return usage_error("--min-mb applies to 'bench' only");
         return ct_cmd_check(&opt);
+    }
+    if (!strcmp(cmd, "precompile")) {
+        if (seen_op || seen_seed || seen_min_mb)
+            return usage_error("'precompile' takes --device, --quick and --progress");
+        return ct_cmd_precompile(&opt);
     }
     return ct_cmd_bench(&opt);
 }

@@ -27,6 +27,7 @@ size_t ct_count_ops(const char *filter, int for_bench);
 int ct_cmd_list(const ct_options *opt);
 int ct_cmd_check(const ct_options *opt);
 int ct_cmd_bench(const ct_options *opt);
+int ct_cmd_precompile(const ct_options *opt);
 
 /* Devices a command runs on (ct-devices.c). */
 typedef struct ct_target {
