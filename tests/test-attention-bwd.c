@@ -698,6 +698,55 @@ START_TEST(test_bwd_mma_emulated)
 }
 END_TEST
 
+/* A caller-supplied scratch buffer (clvarlen_cl_context_set_scratch): as large as
+ * the library's own after the same call, results bitwise equal; too small,
+ * CLVARLEN_ERROR_BUFFER_TOO_SMALL and nothing written; NULL returns to the
+ * library's buffer. */
+START_TEST(test_bwd_scratch)
+{
+    clvarlen_context *ctx = tu_cl_context();
+    bcase c = bwd_base();
+    c.a.hq = 4;
+    c.a.hk = 2;
+    c.a.causal = 1;
+    c.a.seed = 91;
+    bwd_run r;
+    bwd_setup(ctx, &c, &r);
+    ck_assert_int_eq(bwd_call(ctx, &r), CLVARLEN_SUCCESS);
+    size_t need = 0;
+    ck_assert_int_eq(clvarlen_cl_context_scratch_bytes(ctx, &need), CLVARLEN_SUCCESS);
+    ck_assert(need > 0);
+    const size_t bq = r.dq.bytes;
+    unsigned char *first = malloc(bq);
+    memcpy(first, r.dq.p, bq);
+    cl_context clc = NULL;
+    ck_assert_int_eq(clvarlen_context_get_cl(ctx, &clc, NULL, NULL), CLVARLEN_SUCCESS);
+    cl_int err = CL_SUCCESS;
+    cl_mem big = clCreateBuffer(clc, CL_MEM_READ_WRITE, need, NULL, &err);
+    cl_mem tiny = clCreateBuffer(clc, CL_MEM_READ_WRITE, 64, NULL, &err);
+    ck_assert(big && tiny);
+    ck_assert_int_eq(clvarlen_cl_context_set_scratch(ctx, big, need), CLVARLEN_SUCCESS);
+    memset(r.dq.p, 0, bq);
+    ck_assert_int_eq(bwd_call(ctx, &r), CLVARLEN_SUCCESS);
+    ck_assert(memcmp(first, r.dq.p, bq) == 0);
+    ck_assert_int_eq(clvarlen_cl_context_set_scratch(ctx, tiny, 64), CLVARLEN_SUCCESS);
+    memset(r.dq.p, 0xCD, bq);
+    ck_assert_int_eq(bwd_call(ctx, &r), CLVARLEN_ERROR_BUFFER_TOO_SMALL);
+    for (size_t i = 0; i < bq; i++)
+        ck_assert(((unsigned char *)r.dq.p)[i] == 0xCD);
+    ck_assert_int_eq(clvarlen_cl_context_set_scratch(ctx, tiny, 65),
+                     CLVARLEN_ERROR_INVALID_ARGUMENT); /* beyond the buffer */
+    ck_assert_int_eq(clvarlen_cl_context_set_scratch(ctx, NULL, 0), CLVARLEN_SUCCESS);
+    ck_assert_int_eq(bwd_call(ctx, &r), CLVARLEN_SUCCESS);
+    ck_assert(memcmp(first, r.dq.p, bq) == 0);
+    clReleaseMemObject(big);
+    clReleaseMemObject(tiny);
+    free(first);
+    bwd_free(&r);
+    clvarlen_context_destroy(ctx);
+}
+END_TEST
+
 START_TEST(test_bwd_clmem)
 {
     clvarlen_context *ctx = tu_cl_context();
@@ -770,6 +819,7 @@ static Suite *bwd_suite(void)
     tcase_add_test(tc, test_bwd_errors);
 #if TEST_BACKEND_CL
     tcase_add_test(tc, test_bwd_clmem);
+    tcase_add_test(tc, test_bwd_scratch);
     tcase_add_test(tc, test_bwd_mma_emulated);
 #endif
     suite_add_tcase(s, tc);

@@ -185,6 +185,41 @@ CLVARLEN_API clvarlen_status clvarlen_cl_gen_seq_lens(clvarlen_context *context,
                                                       cl_uint num_events,
                                                       const cl_event *wait_list, cl_event *event);
 
+/* ---------------------------------------------------------------- scratch memory */
+
+/**
+ * The device scratch of the context's calls (work lists, partial results,
+ * the backward's row sums, the chunked gated delta rule's intermediates) is
+ * one buffer the context keeps across calls and grows to the largest need so
+ * far. Upper bounds per call, in bytes, before rounding up to 4 KiB (Tq, Tk
+ * tokens, N sequences, Hq and Hk query and KV heads, Dv the value head dim,
+ * BM the query tile, 16 to 128 on GPUs and at least 1 anywhere):
+ *   attention forward          8 Tq / BM + 12 N + 256
+ *   attention backward         4 Hq Tq + max(Tq, Tk) / 2 + 12 N + 512
+ *   paged attention            8 Tq (Hq / Hk) / BM + 12 N + 256, plus 4 s Tq Hq (Dv + 1)
+ *                              with s key splits (num_splits, or the automatic
+ *                              choice, at most 256)
+ *   gated delta rule, chunked  at most 512 MiB (larger batches run in head groups),
+ *                              0 when the buffer cannot be had (the fused kernel runs)
+ *   segment ops                64 + 4 rows of the output for unpack and scatter with
+ *                              zero_rest; 64 + 8 batch (+ 8 batch max_seqlen without
+ *                              src_index) for the masked pack; 64 + 4 (N + 1) for CP
+ *   merges, appends, token-by-token gated delta: none.
+ * clvarlen_cl_context_set_scratch gives the context the caller's buffer (of
+ * its OpenCL context; retained until replaced or the context is destroyed)
+ * instead: the library then allocates no scratch, and a call that needs more
+ * than `bytes` returns CLVARLEN_ERROR_BUFFER_TOO_SMALL (the chunked gated delta
+ * rule runs its fused kernel instead). scratch NULL returns to the library's
+ * own buffer. The caller must not use the buffer while calls are in flight.
+ * Errors: CLVARLEN_ERROR_NO_OPENCL (a CPU context), CLVARLEN_ERROR_INVALID_ARGUMENT
+ * (not a buffer of the context's OpenCL context, bytes 0 or beyond its size).
+ */
+CLVARLEN_API clvarlen_status clvarlen_cl_context_set_scratch(clvarlen_context *context,
+                                                             cl_mem scratch, size_t bytes);
+/** The bytes of scratch the context holds now (0 before any call needed some). */
+CLVARLEN_API clvarlen_status clvarlen_cl_context_scratch_bytes(clvarlen_context *context,
+                                                               size_t *bytes);
+
 /* ---------------------------------------------------------------- varlen attention */
 
 /**

@@ -167,6 +167,11 @@ clvarlen_status cv_read_rows(clvarlen_context *ctx, cl_mem mem, int64_t rows, si
 
 clvarlen_status cv_temp(clvarlen_context *ctx, size_t bytes, cl_mem *mem)
 {
+    if (ctx->temp_user && ctx->temp_bytes < bytes)
+        return cv_error(ctx, CLVARLEN_ERROR_BUFFER_TOO_SMALL,
+                        "the scratch buffer of clvarlen_cl_context_set_scratch has %zu bytes; "
+                        "this call needs %zu",
+                        ctx->temp_bytes, bytes);
     if (!ctx->temp || ctx->temp_bytes < bytes) {
         size_t size = CV_MAX(bytes, 2 * ctx->temp_bytes);
         size = (size + 4095) & ~(size_t)4095;

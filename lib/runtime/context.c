@@ -431,6 +431,54 @@ clvarlen_status clvarlen_context_create_cl(cl_context cl_ctx, cl_device_id devic
     return CLVARLEN_SUCCESS;
 }
 
+clvarlen_status clvarlen_cl_context_set_scratch(clvarlen_context *ctx, cl_mem scratch,
+                                                size_t bytes)
+{
+    static const char fn[] = "clvarlen_cl_context_set_scratch";
+    CV_ENTER(ctx);
+    if (!ctx->has_cl)
+        return cv_error(ctx, CLVARLEN_ERROR_NO_OPENCL, "%s: the context runs on the CPU fallback",
+                        fn);
+    if (scratch) {
+        size_t size = 0;
+        cl_context owner = NULL;
+        cl_int err = clGetMemObjectInfo(scratch, CL_MEM_SIZE, sizeof size, &size, NULL);
+        if (err == CL_SUCCESS)
+            err = clGetMemObjectInfo(scratch, CL_MEM_CONTEXT, sizeof owner, &owner, NULL);
+        if (err != CL_SUCCESS)
+            return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s: scratch is not a buffer",
+                            fn);
+        if (owner != ctx->cl_ctx)
+            return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT,
+                            "%s: scratch belongs to another OpenCL context", fn);
+        if (bytes == 0 || bytes > size)
+            return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT,
+                            "%s: bytes (%zu) must be positive and at most the buffer's %zu", fn,
+                            bytes, size);
+        if ((err = clRetainMemObject(scratch)) != CL_SUCCESS)
+            return cv_cl_check(ctx, err, "clRetainMemObject");
+    }
+    /* Commands still using the old buffer keep it alive. */
+    cv_release(&ctx->temp);
+    ctx->temp = scratch;
+    ctx->temp_bytes = scratch ? bytes : 0;
+    ctx->temp_user = scratch != NULL;
+    return CLVARLEN_SUCCESS;
+}
+
+clvarlen_status clvarlen_cl_context_scratch_bytes(clvarlen_context *ctx, size_t *bytes)
+{
+    CV_ENTER(ctx);
+    if (!ctx->has_cl)
+        return cv_error(ctx, CLVARLEN_ERROR_NO_OPENCL,
+                        "clvarlen_cl_context_scratch_bytes: the context runs on the CPU fallback");
+    if (!bytes)
+        return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT,
+                        "clvarlen_cl_context_scratch_bytes: bytes is NULL");
+    *bytes = ctx->temp_bytes;
+    return CLVARLEN_SUCCESS;
+}
+
 clvarlen_status clvarlen_context_get_cl(clvarlen_context *ctx, cl_context *cl_ctx,
                                         cl_device_id *device, cl_command_queue *queue)
 {

@@ -108,6 +108,7 @@ struct clvarlen_context {
      * drivers; grown on demand, freed by clvarlen_context_destroy. */
     cl_mem temp;
     size_t temp_bytes;
+    bool temp_user; /* temp is the caller's (clvarlen_cl_context_set_scratch): never grown */
 #endif
 };
 
