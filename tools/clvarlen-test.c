@@ -46,6 +46,7 @@ static void print_help(void)
         "                     (segment, attention, gated-delta; short: seg, attn, gdn)\n"
         "  --list-ops         the ops, their families and commands\n"
         "  --json             one JSON document on stdout\n"
+        "  --jsonl            JSON lines on stdout, one per result as it arrives\n"
         "  --quick            check: fewer, smaller cases; bench: fewer timed runs\n"
         "  --case TEXT        bench: only cases whose name contains TEXT\n"
         "  --progress         progress lines on stderr (ops, kernel compiles); the\n"
@@ -121,7 +122,7 @@ int main(int argc, char **argv)
                           !strcmp(name, "--seed") || !strcmp(name, "--min-mb") ||
                           !strcmp(name, "--case");
         int is_flag = !strcmp(name, "--json") || !strcmp(name, "--quick") ||
-                      !strcmp(name, "--progress");
+                      !strcmp(name, "--progress") || !strcmp(name, "--jsonl");
         if (!takes_value && !is_flag)
             return usage_error("unknown option '%s'", a);
         if (is_flag && eq)
@@ -139,6 +140,8 @@ int main(int argc, char **argv)
         }
         if (!strcmp(name, "--json")) {
             opt.json = 1;
+        } else if (!strcmp(name, "--jsonl")) {
+            opt.json = 2;
         } else if (!strcmp(name, "--progress")) {
             opt.progress = 1;
         } else if (!strcmp(name, "--case")) {

@@ -27,7 +27,7 @@
 typedef struct ct_options {
     const char *device;   /* --device spec, NULL: default */
     const char *op;       /* --op filter, NULL: all */
-    int json;             /* --json */
+    int json;             /* --json: 1 one document, 2 JSON lines as results arrive (--jsonl) */
     int quick;            /* --quick: fewer, smaller cases */
     uint64_t seed;        /* --seed */
     double min_mbytes;    /* bench: minimum MB moved per measurement */

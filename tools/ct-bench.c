@@ -263,6 +263,15 @@ static int measure_copy(clvarlen_context *dev, int is_cl, const ct_options *opt,
 
 static void print_bench_header(const ct_options *opt, const char *remark)
 {
+    if (opt->json == 2) { /* JSON lines: the first says what runs */
+        ct_print_header_json("bench");
+        fputs(", \"min_mb\": ", stdout);
+        ct_json_num(opt->min_mbytes);
+        fputs(", \"devices\": ", stdout);
+        ct_json_str(remark);
+        fputs("}\n", stdout);
+        return;
+    }
     if (opt->json) {
         ct_print_header_json("bench");
         fputs(", \"min_mb\": ", stdout);
@@ -288,7 +297,8 @@ static void print_device_heading(const ct_options *opt, const ct_target *tg, siz
                                  clvarlen_context *dev, int is_cl, const copy_bw *bw)
 {
     if (opt->json) {
-        fputs(ti ? ",\n    " : "\n    ", stdout);
+        if (opt->json == 1)
+            fputs(ti ? ",\n    " : "\n    ", stdout);
         fputs("{\"device\": ", stdout);
         ct_json_str(tg->name);
         fputs(", \"device_index\": ", stdout);
@@ -297,7 +307,7 @@ static void print_device_heading(const ct_options *opt, const ct_target *tg, siz
         else
             printf("%d", tg->index);
         printf(", \"timing\": \"%s\"", is_cl ? "opencl-profiling" : "wall-clock");
-        fputs(",\n     \"copy\": {\"gbps\": ", stdout);
+        fputs(opt->json == 2 ? ", \"copy\": {\"gbps\": " : ",\n     \"copy\": {\"gbps\": ", stdout);
         ct_json_num(bw->gbps);
         fputs(", \"method\": ", stdout);
         ct_json_str(bw->method ? bw->method : "");
@@ -307,7 +317,7 @@ static void print_device_heading(const ct_options *opt, const ct_target *tg, siz
         ct_json_num(bw->kernel_gbps);
         fputs(", \"bytes\": ", stdout);
         ct_json_num(bw->bytes);
-        fputs("},\n     \"results\": [", stdout);
+        fputs(opt->json == 2 ? "}}\n" : "},\n     \"results\": [", stdout);
         return;
     }
     printf("\ndevice %s: %s (%s)\n", tg->label, tg->name,
@@ -379,13 +389,17 @@ static size_t bench_target(const ct_options *opt, const ct_target *tg, size_t ti
     if (st == CLVARLEN_SUCCESS)
         run_benches(opt, tg, dev, bw.gbps, &errs);
     if (opt->json) {
-        fputs("],\n     \"errors\": [", stdout);
+        fputs(opt->json == 2 ? "{\"device\": " : "],\n     \"errors\": [", stdout);
+        if (opt->json == 2) {
+            ct_json_str(tg->name);
+            fputs(", \"errors\": [", stdout);
+        }
         for (size_t i = 0; i < errs.n; i++) {
             if (i)
                 fputs(", ", stdout);
             ct_json_str(errs.v[i]);
         }
-        fputs("]}", stdout);
+        fputs(opt->json == 2 ? "]}\n" : "]}", stdout);
     } else {
         for (size_t i = 0; i < errs.n; i++)
             fprintf(stderr, "clvarlen-test: device %s: %s\n", tg->label, errs.v[i]);
@@ -412,7 +426,9 @@ int ct_cmd_bench(const ct_options *opt)
     for (size_t ti = 0; ti < n_targets; ti++)
         errored += bench_target(opt, &targets[ti], ti);
     rc = errored ? EXIT_DEVICE : EXIT_PASS;
-    if (opt->json)
+    if (opt->json == 2)
+        printf("{\"exit_code\": %d}\n", rc);
+    else if (opt->json)
         printf("],\n  \"exit_code\": %d}\n", rc);
     fflush(stdout);
     free(targets);

@@ -77,6 +77,8 @@ static void print_device_heading(const check_run *run, const ct_target *tg, clva
            "tolerance", "result", "note");
 }
 
+static void print_result_json(const check_result *r);
+
 /* Every matching op's check on one device; stops early when out of memory. */
 static void check_device(check_run *run, const ct_target *tg, clvarlen_context *dev)
 {
@@ -112,6 +114,11 @@ static void check_device(check_run *run, const ct_target *tg, clvarlen_context *
         }
         if (!opt->json)
             print_check_row(r);
+        else if (opt->json == 2) {
+            print_result_json(r);
+            putchar('\n');
+            fflush(stdout);
+        }
     }
 }
 
@@ -223,7 +230,10 @@ int ct_cmd_check(const ct_options *opt)
     clvarlen_context_destroy(run.cpu);
 
     rc = run.failed ? EXIT_FAIL : run.errored ? EXIT_DEVICE : EXIT_PASS;
-    if (opt->json)
+    if (opt->json == 2)
+        printf("{\"passed\": %zu, \"failed\": %zu, \"errors\": %zu, \"exit_code\": %d}\n",
+               run.passed, run.failed, run.errored, rc);
+    else if (opt->json)
         print_check_json(&run, remark, rc);
     else
         printf("\n%zu passed, %zu failed, %zu error%s -> %s\n", run.passed, run.failed,

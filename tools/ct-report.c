@@ -101,7 +101,8 @@ void ct_bench_report(const ct_options *opt, const char *op, const char *shape, d
     double gbps = seconds > 0.0 && bytes > 0.0 ? bytes / seconds * 1e-9 : 0.0;
     double gflops = seconds > 0.0 && flops > 0.0 ? flops / seconds * 1e-9 : 0.0;
     if (opt->json) {
-        bench_json_sep();
+        if (opt->json == 1)
+            bench_json_sep();
         fputs("{\"op\": ", stdout);
         ct_json_str(op);
         fputs(", \"shape\": ", stdout);
@@ -123,6 +124,8 @@ void ct_bench_report(const ct_options *opt, const char *op, const char *shape, d
             ct_json_str(ceiling_name ? ceiling_name : "ceiling");
         }
         putchar('}');
+        if (opt->json == 2)
+            putchar('\n');
     } else {
         printf("%-22s %-46s %12.1f us", op, shape, seconds * 1e6);
         if (bytes > 0.0)
@@ -144,10 +147,11 @@ void ct_bench_note(const ct_options *opt, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (opt->json) {
-        bench_json_sep();
+        if (opt->json == 1)
+            bench_json_sep();
         fputs("{\"note\": ", stdout);
         ct_json_str(msg);
-        putchar('}');
+        fputs(opt->json == 2 ? "}\n" : "}", stdout);
     } else {
         printf("# %s\n", msg);
     }
