@@ -48,7 +48,8 @@ static void print_help(void)
         "  --json             one JSON document on stdout\n"
         "  --jsonl            JSON lines on stdout, one per result as it arrives\n"
         "  --quick            check: fewer, smaller cases; bench: fewer timed runs\n"
-        "  --case TEXT        bench: only cases whose name contains TEXT\n"
+        "  --case TEXT        bench: only cases whose name contains TEXT;\n"
+        "                     check: only random case number TEXT of each op\n"
         "  --progress         progress lines on stderr (ops, kernel compiles); the\n"
         "                     default when stderr is a terminal\n"
         "  --seed S           random seed of the check data (default %u)\n"
@@ -83,6 +84,7 @@ int main(int argc, char **argv)
     opt.seed = CT_DEFAULT_SEED;
     opt.min_mbytes = DEFAULT_MIN_MB;
     opt.progress = isatty(STDERR_FILENO);
+    opt.check_case = -1;
     const char *cmd = NULL;
     int seen_quick = 0, seen_seed = 0, seen_min_mb = 0, seen_device = 0, seen_op = 0;
 
@@ -185,6 +187,14 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "check")) {
         if (seen_min_mb)
             return usage_error("--min-mb applies to 'bench' only");
+        if (opt.cases) { /* check --case N: one random case of each op */
+            char *end;
+            errno = 0;
+            long n = strtol(opt.cases, &end, 10);
+            if (errno || *end || n < 0 || n > 1000000)
+                return usage_error("check --case: '%s' is not a case number", opt.cases);
+            opt.check_case = (int)n;
+        }
         return ct_cmd_check(&opt);
     }
     if (!strcmp(cmd, "precompile")) {

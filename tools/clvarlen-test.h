@@ -32,11 +32,16 @@ typedef struct ct_options {
     uint64_t seed;        /* --seed */
     double min_mbytes;    /* bench: minimum MB moved per measurement */
     const char *cases;    /* --case: bench cases whose name contains it, NULL: all */
+    int check_case;       /* --case N with check: only random case N of each op; -1: all */
     int progress;         /* --progress (or stderr a terminal): progress lines on stderr */
 } ct_options;
 
 /* Whether a bench case named `name` runs (--case). */
 int ct_case_wanted(const ct_options *opt, const char *name);
+/* The stream of check case i of an op (base: ct_seed_for's), so that case i is the same
+ * data whether or not the other cases run; and whether it runs (check --case N). */
+uint64_t ct_case_seed(uint64_t base, int i);
+int ct_check_case_runs(const ct_options *opt, int i);
 /* A progress line on stderr (--progress), "clvarlen-test: ..." */
 void ct_progress(const ct_options *opt, const char *fmt, ...) CT_PRINTF(2, 3);
 

@@ -114,7 +114,7 @@ void chk_begin(chk *c, clvarlen_context *dev, clvarlen_context *cpu, const ct_op
     c->cpu = cpu;
     c->opt = opt;
     c->row = row;
-    c->rng = ct_seed_for(opt, op);
+    c->rng = c->base_rng = ct_seed_for(opt, op);
     row->cases = 0;
     row->failed = 0;
     row->max_err = 0.0;
@@ -132,9 +132,11 @@ void chk_begin(chk *c, clvarlen_context *dev, clvarlen_context *cpu, const ct_op
 
 /* On an OpenCL device, odd cases go through the cl_mem entry points (byte
  * offsets, device-side guard bytes); even ones through the host-memory API. */
-void chk_case_begin(chk *c)
+int chk_case_begin(chk *c)
 {
     c->cl_case = c->is_cl && c->case_i % 2 == 1;
+    c->rng = ct_case_seed(c->base_rng, c->case_i);
+    return ct_check_case_runs(c->opt, c->case_i);
 }
 
 int chk_n_cases(const chk *c)
@@ -410,4 +412,16 @@ void ct_progress(const ct_options *opt, const char *fmt, ...)
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fputc('\n', stderr);
+}
+
+uint64_t ct_case_seed(uint64_t base, int i)
+{
+    uint64_t s = base ^ (0x9E3779B97F4A7C15ull * (uint64_t)(i + 1));
+    (void)ct_rng_next(&s);
+    return s;
+}
+
+int ct_check_case_runs(const ct_options *opt, int i)
+{
+    return opt->check_case < 0 || opt->check_case == i;
 }

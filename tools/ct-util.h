@@ -64,7 +64,7 @@ typedef struct chk {
     clvarlen_context *dev, *cpu;
     const ct_options *opt;
     ct_row *row;
-    uint64_t rng;
+    uint64_t rng, base_rng; /* the case's stream, and the op's (ct_case_seed) */
     int case_i;
     int case_bad;
     int stop; /* an error that stopped the op (reported as ERROR) */
@@ -89,8 +89,9 @@ typedef struct chk {
 /* Starts a check of `op` (its seed from ct_seed_for); clears row. */
 void chk_begin(chk *c, clvarlen_context *dev, clvarlen_context *cpu, const ct_options *opt,
                ct_row *row, const char *op);
-/* Per case: odd cases on an OpenCL device go through the cl_mem entry points. */
-void chk_case_begin(chk *c);
+/* Per case: its own stream (ct_case_seed); odd cases on an OpenCL device go through the
+ * cl_mem entry points. Returns 0 when --case excludes the case (skip it). */
+int chk_case_begin(chk *c);
 /* Cases per check: 3 with --quick, else 10. */
 int chk_n_cases(const chk *c);
 /* Marks the case failed; the first failure becomes the row's note. */

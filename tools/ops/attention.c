@@ -195,11 +195,14 @@ static void note_failure(ct_row *row, const char *what, const fwd_case *c, doubl
 static int check_forward(clvarlen_context *dev, clvarlen_context *cpu, const ct_options *opt,
                          ct_row *row, clvarlen_dtype dtype, const char *op)
 {
-    uint64_t rs = ct_seed_for(opt, op);
+    const uint64_t base = ct_seed_for(opt, op);
     int n_cases = opt->quick ? 6 : 16;
     double tol = tu_tolerance(dtype);
     row->tolerance = tol;
     for (int i = 0; i < n_cases; i++) {
+        uint64_t rs = ct_case_seed(base, i);
+        if (!ct_check_case_runs(opt, i))
+            continue;
         fwd_case c;
         if (ct_attn_make_case(&rs, dtype, i, opt, &c) != 0) {
             ct_attn_free_case(&c);
@@ -262,12 +265,15 @@ int check_fwd_bf16(clvarlen_context *dev, clvarlen_context *cpu, const ct_option
 int check_merge(clvarlen_context *dev, clvarlen_context *cpu, const ct_options *opt,
                 ct_row *row)
 {
-    uint64_t rs = ct_seed_for(opt, "attention-merge");
+    const uint64_t base = ct_seed_for(opt, "attention-merge");
     static const clvarlen_dtype dts[] = {CLVARLEN_DTYPE_F32, CLVARLEN_DTYPE_BF16,
                                          CLVARLEN_DTYPE_F16};
     int n_cases = opt->quick ? 6 : 12;
     row->tolerance = 1e-5;
     for (int i = 0; i < n_cases; i++) {
+        uint64_t rs = ct_case_seed(base, i);
+        if (!ct_check_case_runs(opt, i))
+            continue;
         clvarlen_dtype dt = dts[i % 3];
         int64_t parts = ct_rng_int(&rs, 1, 6), tokens = ct_rng_int(&rs, 0, opt->quick ? 300 : 3000);
         int32_t heads = (int32_t)ct_rng_int(&rs, 1, 8), dv = (int32_t)(16 * ct_rng_int(&rs, 1, 8));

@@ -427,7 +427,8 @@ int check_paged_attention(clvarlen_context *dev, clvarlen_context *cpu, const ct
     chk_begin(&c, dev, cpu, opt, row, "paged-attention");
     const int n_cases = opt->quick ? 9 : 27;
     for (; c.case_i < n_cases && !c.stop; c.case_i++) {
-        chk_case_begin(&c);
+        if (!chk_case_begin(&c))
+            continue;
         pcase pc;
         if (make_pcase(&c, c.case_i, &pc) == 0)
             run_pcase(&c, &pc);
@@ -459,7 +460,8 @@ int check_kv_append(clvarlen_context *dev, clvarlen_context *cpu, const ct_optio
     chk_begin(&c, dev, cpu, opt, row, "kv-append");
     const int n_cases = opt->quick ? 6 : 12;
     for (; c.case_i < n_cases && !c.stop; c.case_i++) {
-        chk_case_begin(&c);
+        if (!chk_case_begin(&c))
+            continue;
         const int i = c.case_i;
         clvarlen_kv_append_params p;
         clvarlen_kv_append_params_init(&p);

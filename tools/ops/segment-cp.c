@@ -44,7 +44,8 @@ int check_cp_plan(clvarlen_context *dev, clvarlen_context *cpu, const ct_options
     chk c;
     chk_begin(&c, dev, cpu, opt, row, "cp_plan");
     for (; c.case_i < chk_n_cases(&c) && !c.stop; c.case_i++) {
-        chk_case_begin(&c);
+        if (!chk_case_begin(&c))
+            continue;
         int32_t world = (int32_t)chk_rnd(&c, 1, 8);
         int32_t rank = (int32_t)chk_rnd(&c, 0, world - 1);
         int32_t *len = chk_alloc(&c, 48 * 4), *cu = chk_alloc(&c, 49 * 4);
@@ -157,7 +158,8 @@ static int check_cp_rows(clvarlen_context *dev, clvarlen_context *cpu, const ct_
     chk c;
     chk_begin(&c, dev, cpu, opt, row, scatter ? "cp_scatter" : "cp_gather");
     for (; c.case_i < chk_n_cases(&c) && !c.stop; c.case_i++) {
-        chk_case_begin(&c);
+        if (!chk_case_begin(&c))
+            continue;
         int32_t world = (int32_t)chk_rnd(&c, 1, 8);
         int32_t rank = (int32_t)chk_rnd(&c, 0, world - 1);
         /* cp_scatter: 0 overwrite, 1 overwrite + zero rest, 2 accumulate, 3 accumulate + zero rest. */
