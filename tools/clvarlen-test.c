@@ -77,6 +77,18 @@ static int usage_error(const char *fmt, ...)
     return EXIT_USAGE;
 }
 
+/* check --case N: one random case of each op. 0, or -1 when not a case number. */
+static int parse_check_case(ct_options *opt)
+{
+    char *end;
+    errno = 0;
+    long n = strtol(opt->cases, &end, 10);
+    if (errno || *end || n < 0 || n > 1000000)
+        return -1;
+    opt->check_case = (int)n;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     ct_options opt;
@@ -187,14 +199,8 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "check")) {
         if (seen_min_mb)
             return usage_error("--min-mb applies to 'bench' only");
-        if (opt.cases) { /* check --case N: one random case of each op */
-            char *end;
-            errno = 0;
-            long n = strtol(opt.cases, &end, 10);
-            if (errno || *end || n < 0 || n > 1000000)
-                return usage_error("check --case: '%s' is not a case number", opt.cases);
-            opt.check_case = (int)n;
-        }
+        if (opt.cases && parse_check_case(&opt) != 0)
+            return usage_error("check --case: '%s' is not a case number", opt.cases);
         return ct_cmd_check(&opt);
     }
     if (!strcmp(cmd, "precompile")) {
