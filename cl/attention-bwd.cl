@@ -193,23 +193,14 @@ inline int2 bwd_row_range(__global const int *q_pos, int t, int i, int lq, int l
     return (int2)((int)min(a, (long)lk), (int)max(b, -1L));
 }
 
-/* delta[h][t] = dot(do, o): DELTA_LANES work-items per (token, query head)
- * row, each reading 8-element chunks lane, lane + DELTA_LANES, ... so that a
- * row's lanes read adjacent bytes; the lanes' sums are added in local memory
- * in a fixed order. Work-groups of DELTA_WG. */
-#define DELTA_LANES 16
+/* delta[h][t] = dot(do, o), DELTA_ROWS rows per work-group of DELTA_WG: the
+ * rows' do and o are staged in local memory by adjacent loads, then one
+ * work-item per row sums in the order and with the mad() of bwd_dot_tile's
+ * dP = do . v. So where o equals v bitwise (a row that sees one key) delta
+ * equals dP bitwise and dS is exactly 0, as in exact arithmetic. */
+#define DELTA_ROWS 8
 #define DELTA_WG 256
-#if CV_DTYPE == CV_DT_F32
-#define LD8(p, i) vload8(0, (__global const float *)(p) + (i))
-#elif CV_DTYPE == CV_DT_F16
-#define LD8(p, i) vload_half8(0, (__global const half *)(p) + (i))
-#else
-inline float8 cv_bf16x8(ushort8 u)
-{
-    return as_float8(convert_uint8(u) << 16);
-}
-#define LD8(p, i) cv_bf16x8(vload8(0, (__global const ushort *)(p) + (i)))
-#endif
+#define DELTA_LANES (DELTA_WG / DELTA_ROWS)
 
 __kernel __attribute__((reqd_work_group_size(DELTA_WG, 1, 1)))
 void attn_bwd_delta(__global const uchar *o, ulong o_off, long o_stride,
@@ -217,28 +208,24 @@ void attn_bwd_delta(__global const uchar *o, ulong o_off, long o_stride,
                     int total_q, __global float *delta_base, ulong delta_off,
                     __global const int *flag)
 {
-    __local float part[DELTA_WG];
+    __local float so[DELTA_ROWS][HEAD_DIM_V], sd[DELTA_ROWS][HEAD_DIM_V];
     if (flag && *flag)
         return;
-    const int lid = get_local_id(0), lane = lid % DELTA_LANES;
-    const long row = (long)get_group_id(0) * (DELTA_WG / DELTA_LANES) + lid / DELTA_LANES;
+    const int lid = get_local_id(0), r = lid / DELTA_LANES, lane = lid % DELTA_LANES;
+    const long row = (long)get_group_id(0) * DELTA_ROWS + r;
     const bool active = row < (long)total_q * heads_q;
     const long t = active ? row / heads_q : 0, h = active ? row % heads_q : 0;
     __global const uchar *ob = o + o_off, *db = dout + do_off;
-    float acc = 0.0f;
-    for (int c = lane * 8; active && c < HEAD_DIM_V; c += DELTA_LANES * 8) {
-        const float8 x = LD8(ob, (size_t)t * o_stride + (size_t)h * HEAD_DIM_V + c);
-        const float8 y = LD8(db, (size_t)t * do_stride + (size_t)h * HEAD_DIM_V + c);
-        const float8 xy = x * y;
-        acc += ((xy.s0 + xy.s1) + (xy.s2 + xy.s3)) + ((xy.s4 + xy.s5) + (xy.s6 + xy.s7));
+    for (int c = lane; c < HEAD_DIM_V; c += DELTA_LANES) {
+        so[r][c] = active ? LD(ob, (size_t)t * o_stride + (size_t)h * HEAD_DIM_V + c) : 0.0f;
+        sd[r][c] = active ? LD(db, (size_t)t * do_stride + (size_t)h * HEAD_DIM_V + c) : 0.0f;
     }
-    part[lid] = acc;
     barrier(CLK_LOCAL_MEM_FENCE);
     if (active && lane == 0) {
-        float sum = 0.0f;
-        for (int i = 0; i < DELTA_LANES; i++)
-            sum += part[lid + i];
-        CV_PTR(float, delta_base, delta_off)[h * total_q + t] = sum;
+        float acc = 0.0f;
+        for (int c = 0; c < HEAD_DIM_V; c++)
+            acc = mad(sd[r][c], so[r][c], acc);
+        CV_PTR(float, delta_base, delta_off)[h * total_q + t] = acc;
     }
 }
 

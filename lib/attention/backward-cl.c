@@ -139,8 +139,8 @@ static clvarlen_status run_delta(cv_chain *c, const cv_bwd_desc *bd, const cv_bw
     CV_ARG(a, c->flag);
     if (a.err != CL_SUCCESS)
         return cv_cl_check(c->ctx, a.err, "clSetKernelArg(attn_bwd_delta)");
-    /* 16 work-items per row, 256 per work-group (DELTA_* of cl/attention-bwd.cl). */
-    const int64_t rows_per_wg = 16;
+    /* 8 rows per 256-item work-group (DELTA_* of cl/attention-bwd.cl). */
+    const int64_t rows_per_wg = 8;
     size_t local = 256;
     size_t global = (size_t)((d->total_q * d->heads_q + rows_per_wg - 1) / rows_per_wg) * local;
     return cv_chain_run(c, kernel, "attn_bwd_delta", 1, &global, &local);
