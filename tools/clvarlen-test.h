@@ -36,6 +36,8 @@ typedef struct ct_options {
     int progress;         /* --progress (or stderr a terminal): progress lines on stderr */
 } ct_options;
 
+/* 1 if the context's device is a GPU or an accelerator (benches pick their shapes by it). */
+int ct_gpu_like(clvarlen_context *ctx);
 /* Whether a bench case named `name` runs (--case). */
 int ct_case_wanted(const ct_options *opt, const char *name);
 /* The stream of check case i of an op (base: ct_seed_for's), so that case i is the same

@@ -425,3 +425,12 @@ int ct_check_case_runs(const ct_options *opt, int i)
 {
     return opt->check_case < 0 || opt->check_case == i;
 }
+
+int ct_gpu_like(clvarlen_context *ctx)
+{
+    clvarlen_device_info info;
+    if (clvarlen_context_device(ctx, &info) != CLVARLEN_SUCCESS)
+        return 0;
+    return info.kind == CLVARLEN_DEVICE_DISCRETE_GPU ||
+           info.kind == CLVARLEN_DEVICE_INTEGRATED_GPU || info.kind == CLVARLEN_DEVICE_ACCELERATOR;
+}

@@ -246,13 +246,6 @@ static void dump_grads(const char *name, const bwd_bench *b, const size_t bytes[
 }
 #endif
 
-typedef struct bwd_shape {
-    const char *name;
-    clvarlen_dtype dtype;
-    int32_t n_seqs, total, hq, hk, d;
-    int causal;
-} bwd_shape;
-
 static double time_one(bwd_bench *b, const ct_options *opt, int on_cl)
 {
 #if CLVARLEN_HAVE_OPENCL
@@ -263,7 +256,7 @@ static double time_one(bwd_bench *b, const ct_options *opt, int on_cl)
     return ct_time_median(b->ctx, run_host, b, opt->quick ? 2 : 3);
 }
 
-static int bench_one(clvarlen_context *ctx, const ct_options *opt, const bwd_shape *s,
+static int bench_one(clvarlen_context *ctx, const ct_options *opt, const bench_shape *s,
                      double fma_rate)
 {
     const uint64_t seed = 1;
@@ -375,7 +368,7 @@ out:
 int bench_attention_bwd(clvarlen_context *dev, const ct_options *opt, double copy_gbps)
 {
     (void)copy_gbps;
-    static const bwd_shape gpu[] = {
+    static const bench_shape gpu[] = {
         {"attn-16x16k", CLVARLEN_DTYPE_BF16, 16, 16384, 32, 8, 128, 0},
         {"attn-16x16k-causal", CLVARLEN_DTYPE_BF16, 16, 16384, 32, 8, 128, 1},
         {"attn-64x64k", CLVARLEN_DTYPE_BF16, 64, 65536, 32, 8, 128, 0},
@@ -384,23 +377,18 @@ int bench_attention_bwd(clvarlen_context *dev, const ct_options *opt, double cop
         {"attn-128x8k-causal", CLVARLEN_DTYPE_BF16, 128, 8192, 32, 8, 128, 1},
         {"attn-f32-16x16k", CLVARLEN_DTYPE_F32, 16, 16384, 32, 8, 128, 0},
     };
-    static const bwd_shape small[] = {
+    static const bench_shape small[] = {
         {"attn-8x2k", CLVARLEN_DTYPE_BF16, 8, 2048, 8, 2, 128, 0},
         {"attn-8x2k-causal", CLVARLEN_DTYPE_BF16, 8, 2048, 8, 2, 128, 1},
         {"attn-f32-8x2k", CLVARLEN_DTYPE_F32, 8, 2048, 8, 2, 128, 0},
     };
-    clvarlen_device_info info;
-    int gpu_like = 0;
-    if (clvarlen_context_device(dev, &info) == CLVARLEN_SUCCESS)
-        gpu_like = info.kind == CLVARLEN_DEVICE_DISCRETE_GPU ||
-                   info.kind == CLVARLEN_DEVICE_INTEGRATED_GPU ||
-                   info.kind == CLVARLEN_DEVICE_ACCELERATOR;
+    const int gpu_like = ct_gpu_like(dev);
     double fma_rate = 0.0;
 #if CLVARLEN_HAVE_OPENCL
     if (ct_context_is_cl(dev))
         fma_rate = ct_measure_fma(dev, opt);
 #endif
-    const bwd_shape *list = gpu_like ? gpu : small;
+    const bench_shape *list = gpu_like ? gpu : small;
     size_t n = gpu_like ? sizeof gpu / sizeof gpu[0] : sizeof small / sizeof small[0];
     if (opt->quick && !gpu_like)
         n = 1;

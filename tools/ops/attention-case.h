@@ -25,6 +25,15 @@ int ct_attn_make_case(uint64_t *rs, clvarlen_dtype dtype, int case_i, const ct_o
                       fwd_case *c);
 void ct_attn_free_case(fwd_case *c);
 
+/** A benchmark shape of the attention forward and backward: lengths from
+ * clvarlen_gen_seq_lens(seed 1, n_seqs, total). */
+typedef struct bench_shape {
+    const char *name;
+    clvarlen_dtype dtype;
+    int32_t n_seqs, total, hq, hk, d;
+    int causal;
+} bench_shape;
+
 /** The benchmarks' documented input generator (attention.c's header comment). */
 void ct_attn_bench_fill(void *p, clvarlen_dtype dt, size_t n, uint32_t tensor, uint64_t seed);
 

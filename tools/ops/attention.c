@@ -359,15 +359,6 @@ void ct_attn_bench_fill(void *p, clvarlen_dtype dt, size_t n, uint32_t tensor, u
     }
 }
 
-typedef struct bench_shape {
-    const char *name;
-    clvarlen_dtype dtype;
-    int32_t n_seqs;
-    int32_t total;
-    int32_t hq, hk, d;
-    int causal;
-} bench_shape;
-
 typedef struct bench_run {
     clvarlen_context *ctx;
     clvarlen_attention_params p;
@@ -667,12 +658,7 @@ int bench_attention(clvarlen_context *dev, const ct_options *opt, double copy_gb
         {"attn-f32-8x2k-causal", CLVARLEN_DTYPE_F32, 8, 2048, 8, 2, 128, 1},
         {"attn-f32-64x2k-d64", CLVARLEN_DTYPE_F32, 64, 2048, 8, 2, 64, 1},
     };
-    clvarlen_device_info info;
-    int gpu_like = 0;
-    if (clvarlen_context_device(dev, &info) == CLVARLEN_SUCCESS)
-        gpu_like = info.kind == CLVARLEN_DEVICE_DISCRETE_GPU ||
-                   info.kind == CLVARLEN_DEVICE_INTEGRATED_GPU ||
-                   info.kind == CLVARLEN_DEVICE_ACCELERATOR;
+    const int gpu_like = ct_gpu_like(dev);
     double fma_rate = 0.0;
 #if CLVARLEN_HAVE_OPENCL
     if (ct_context_is_cl(dev)) {

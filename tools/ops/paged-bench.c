@@ -185,15 +185,6 @@ static int32_t *bench_perm(int64_t n, uint64_t seed)
     return perm;
 }
 
-static int gpu_like(clvarlen_context *dev)
-{
-    clvarlen_device_info info;
-    if (clvarlen_context_device(dev, &info) != CLVARLEN_SUCCESS)
-        return 0;
-    return info.kind == CLVARLEN_DEVICE_DISCRETE_GPU ||
-           info.kind == CLVARLEN_DEVICE_INTEGRATED_GPU || info.kind == CLVARLEN_DEVICE_ACCELERATOR;
-}
-
 typedef struct pshape {
     const char *name;
     int mode;
@@ -413,7 +404,7 @@ int bench_paged_attention(clvarlen_context *dev, const ct_options *opt, double c
         {"paged-verify", MODE_VERIFY, 4, 512, 4, 16},
         {"paged-prefill", MODE_PREFILL, 1, 1024, 128, 16},
     };
-    const int gpu_dev = gpu_like(dev);
+    const int gpu_dev = ct_gpu_like(dev);
     const pshape *list = gpu_dev ? gpu : opt->quick ? small_quick : small;
     size_t n = gpu_dev ? sizeof gpu / sizeof gpu[0]
                        : opt->quick ? sizeof small_quick / sizeof small_quick[0]
@@ -467,7 +458,7 @@ out:
  * per sequence at random slots; bytes: k and v read in, the cache rows written, the slots. */
 int bench_kv_append(clvarlen_context *dev, const ct_options *opt, double copy_gbps)
 {
-    const int gpu_dev = gpu_like(dev);
+    const int gpu_dev = ct_gpu_like(dev);
     const int32_t hk = gpu_dev ? 8 : 2, d = 128, ps = 16;
     const int64_t sizes[2] = {gpu_dev ? 16384 : opt->quick ? 512 : 2048, gpu_dev ? 64 : 8};
     static const char *const names[2] = {"kv-append-prefill", "kv-append-decode"};
