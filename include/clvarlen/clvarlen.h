@@ -230,7 +230,8 @@ CLVARLEN_API clvarlen_status clvarlen_device_query_sized(int index, clvarlen_dev
 /**
  * The device a context would use for the selection string `spec` (NULL: the
  * CLVARLEN_DEVICE environment variable, else the default order: discrete GPU,
- * integrated GPU, accelerator, OpenCL CPU device, CPU fallback). *index is -1
+ * integrated GPU, accelerator, OpenCL CPU device, CPU fallback; Mesa's llvmpipe
+ * only when named, as it silently cuts long loops short). *index is -1
  * for the CPU fallback. `reason` (may be NULL) receives a sentence saying why.
  * A spec that matches nothing is CLVARLEN_ERROR_DEVICE_NOT_FOUND.
  * spec: "cpu" (the built-in fallback), a decimal index from clvarlen-test

@@ -252,6 +252,12 @@ static clvarlen_status attach_device(clvarlen_context *ctx, cl_platform_id platf
             return cv_cl_check(ctx, err, "clCreateCommandQueue");
     }
     cv_device_describe(platform, dev, index, &ctx->device);
+    char note[512];
+    int profiled = cv_device_profile_apply(&ctx->device, note, sizeof note);
+    if (profiled < 0)
+        return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s", note);
+    if (profiled > 0)
+        cv_log(ctx, CLVARLEN_LOG_INFO, "%s", note);
     cv_tuning_for(&ctx->device, &ctx->tuning);
     cl_device_fp_config fp = 0;
     ctx->exact_div = clGetDeviceInfo(dev, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL) ==

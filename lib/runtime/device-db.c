@@ -1,11 +1,16 @@
 /* Per-device tuning, looked up vendor -> architecture -> device -> default,
  * as CLBlast's database does. The values reach kernels as -D options. Only
- * the NVIDIA entries were measured (H100); AMD and Intel values are the
- * conservative choices their wave/sub-group widths suggest, and the generic
- * entry is safe on any OpenCL 1.2 device.
+ * the NVIDIA entries were measured (H100); the AMD and Intel entries follow
+ * those vendors' published guides (the reason beside each value), and the
+ * generic entry is safe on any OpenCL 1.2 device. Every entry's kernels are
+ * compiled for its target by tests/portability/check-targets.py, through the
+ * device profiles at the end of this file (docs/PORTABILITY.md).
  */
 #include "runtime/runtime.h"
 
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void generic(cv_tuning *t)
@@ -23,6 +28,52 @@ static void generic(cv_tuning *t)
     t->attn_block_n = 32;
     t->attn_wg = 64;
     t->nvidia_mma = 0;
+}
+
+/* AMD GPUs. GCN and CDNA (gfx9xx: MI100 gfx908, MI200 gfx90a, MI300 gfx942)
+ * run wave64: a work-group is best a multiple of 64 work-items (AMD's CDNA
+ * ISA guides and the ROCm HIP programming guide: wavefront size 64). RDNA
+ * (gfx10xx, gfx11xx, gfx12xx) runs wave32 natively (AMD's RDNA white paper),
+ * so multiples of 32 keep every wave full. Both have 64 KiB of LDS for one
+ * work-group (CDNA: 64 KiB per CU; RDNA: 128 KiB per WGP, 64 KiB per group),
+ * which the launchers read from the device, not from here. ROCm's OpenCL
+ * reports a maximum work-group of 256: no entry asks for more. */
+static void amd(const clvarlen_device_info *info, cv_tuning *t)
+{
+    const bool rdna = strncmp(info->device_name, "gfx1", 4) == 0;
+    t->copy_wg = 256;        /* 4 waves of 64 / 8 of 32: a row copy per group, full waves */
+    t->scan_wg = 256;        /* the single-group scans: the most the runtime allows */
+    t->expand_wg = 64;       /* one wave64 / two wave32: seqlens_expand is a short scan */
+    t->gdn_v_tile = 16;
+    t->gdn_k_lanes = 16;     /* 16 lanes per V column: 16 columns x 16 lanes = 256 */
+    t->gdn_wg = rdna ? 128 : 256; /* CDNA: 4 waves per column block hide the state loads;
+                                   * RDNA: 4 waves of 32 */
+    t->gdn_chunk_v_tile = 16;
+    t->gdn_chunk_wg = rdna ? 128 : 256;
+    t->attn_block_m = 64;    /* 64 query rows: D 128 in f32 staging is 32 KiB of the 64 */
+    t->attn_block_n = 32;
+    t->attn_wg = rdna ? 128 : 256; /* a multiple of the wave: 4 waves of 64, 4 of 32 */
+}
+
+/* Intel Xe GPUs (Xe-LP, Xe-HPG Arc, Xe-HPC Max). Kernels run in sub-groups
+ * of 8, 16 or 32 (Xe-HPC: 16 or 32) chosen by the compiler; the oneAPI GPU
+ * optimization guide advises work-groups that are multiples of 32 and
+ * fill an Xe-core (8 vector engines x 8 threads). Shared local memory is
+ * 64 KiB per work-group on Xe-LP and Xe-HPG, 128 KiB on Xe-HPC; the launchers
+ * read it from the device. */
+static void intel(cv_tuning *t)
+{
+    t->copy_wg = 256;        /* 8 sub-groups of 32 / 16 of 16: one Xe-core's threads */
+    t->scan_wg = 256;
+    t->expand_wg = 64;
+    t->gdn_v_tile = 16;
+    t->gdn_wg = 128;         /* 16 columns x 8 lanes: multiples of 16 and 32 */
+    t->gdn_k_lanes = 8;
+    t->gdn_chunk_v_tile = 16;
+    t->gdn_chunk_wg = 128;
+    t->attn_block_m = 32;    /* 32 rows x D 128 in f32: 16 KiB, a quarter of Xe-HPG's SLM */
+    t->attn_block_n = 32;
+    t->attn_wg = 128;        /* a multiple of 32: whole sub-groups at any width */
 }
 
 void cv_tuning_for(const clvarlen_device_info *info, cv_tuning *t)
@@ -53,24 +104,10 @@ void cv_tuning_for(const clvarlen_device_info *info, cv_tuning *t)
         t->nvidia_mma = info->cc_major >= 8;
         break;
     case CLVARLEN_VENDOR_AMD:
-        t->copy_wg = 256;
-        t->scan_wg = 256;
-        t->gdn_v_tile = 16;
-        t->gdn_wg = 128;
-        t->gdn_k_lanes = 16;
-        t->attn_block_m = 64;
-        t->attn_block_n = 32;
-        t->attn_wg = 128;
+        amd(info, t);
         break;
     case CLVARLEN_VENDOR_INTEL:
-        t->copy_wg = 256;
-        t->scan_wg = 256;
-        t->gdn_v_tile = 16;
-        t->gdn_wg = 64;
-        t->gdn_k_lanes = 8;
-        t->attn_block_m = 32;
-        t->attn_block_n = 32;
-        t->attn_wg = 64;
+        intel(t);
         break;
     case CLVARLEN_VENDOR_CPU:
         /* OpenCL CPU devices (PoCL) run a work-group per core: fewer, wider groups. */
@@ -92,6 +129,16 @@ void cv_tuning_for(const clvarlen_device_info *info, cv_tuning *t)
         t->attn_block_m = 16;
         t->attn_block_n = 32;
         t->attn_wg = 16;
+        /* Mesa's llvmpipe (rusticl; Mesa 22.3) silently ends every loop of a
+         * work-item once all its loops together have run 65535 iterations
+         * (gallivm's loop limiter): with one K lane the token kernel runs about
+         * 650 iterations per token at K 128, so o was zero from token 100 on.
+         * 16 lanes leave loops of K / 16 <= 16 iterations, which Mesa unrolls:
+         * about 3 per token (docs/PORTABILITY.md says what stays limited). */
+        if (strncmp(info->device_name, "llvmpipe", 8) == 0) {
+            t->gdn_k_lanes = 16;
+            t->gdn_wg = 256; /* 16 columns x 16 lanes */
+        }
         break;
     case CLVARLEN_VENDOR_OTHER:
         break;
@@ -109,4 +156,65 @@ void cv_tuning_for(const clvarlen_device_info *info, cv_tuning *t)
         t->gdn_wg = maxwg;
     if (t->attn_wg > maxwg)
         t->attn_wg = maxwg;
+}
+
+/* ------------------------------------------------------------ device profiles */
+
+/* Stand-ins for devices no test machine has: CLVARLEN_DEVICE_PROFILE=<name>
+ * makes a context describe its device as the profile's (vendor, name, local
+ * memory, work-group limit), so the device table and every launcher choose
+ * the kernels and -D options that device would get, while the programs still
+ * build and run on the real device (PoCL, whose limits are wider than any
+ * profile's). tests/portability/check-targets.py runs `clvarlen-test
+ * precompile` so and compiles what was built for the profile's target
+ * (docs/PORTABILITY.md). A developer knob, not an API: never set it in use. */
+typedef struct cv_profile {
+    const char *name;
+    clvarlen_vendor vendor;
+    uint32_t vendor_id;
+    const char *device_name; /* as the vendor's driver reports it */
+    uint64_t local_mem;      /* bytes of local memory one work-group may use */
+    uint64_t max_wg;         /* CL_DEVICE_MAX_WORK_GROUP_SIZE */
+    uint32_t compute_units;
+} cv_profile;
+
+static const cv_profile profiles[] = {
+    /* AMD Instinct MI210/MI250 (CDNA2): 64 KiB LDS per CU; ROCm reports 256 */
+    {"amd-gfx90a", CLVARLEN_VENDOR_AMD, 0x1002, "gfx90a:sramecc+:xnack-", 65536, 256, 104},
+    /* AMD Radeon RX 7900 XTX (RDNA3): 64 KiB LDS per work-group */
+    {"amd-gfx1100", CLVARLEN_VENDOR_AMD, 0x1002, "gfx1100", 65536, 256, 48},
+    /* Intel Arc A770 (Xe-HPG): 64 KiB SLM per work-group, 1024 work-items */
+    {"intel-xe-hpg", CLVARLEN_VENDOR_INTEL, 0x8086, "Intel(R) Arc(TM) A770 Graphics", 65536,
+     1024, 512},
+    /* Intel Data Center GPU Max 1550 (Xe-HPC): 128 KiB SLM per work-group */
+    {"intel-xe-hpc", CLVARLEN_VENDOR_INTEL, 0x8086, "Intel(R) Data Center GPU Max 1550", 131072,
+     1024, 1024},
+    /* Any other OpenCL 1.2 GPU: the minimum local memory of the full profile */
+    {"generic", CLVARLEN_VENDOR_OTHER, 0, "OpenCL 1.2 GPU", 32768, 256, 16},
+};
+
+int cv_device_profile_apply(clvarlen_device_info *info, char *note, size_t note_size)
+{
+    const char *name = getenv("CLVARLEN_DEVICE_PROFILE");
+    if (!name || !*name)
+        return 0;
+    for (size_t i = 0; i < sizeof profiles / sizeof profiles[0]; i++) {
+        const cv_profile *p = &profiles[i];
+        if (strcmp(name, p->name) != 0)
+            continue;
+        snprintf(note, note_size, "CLVARLEN_DEVICE_PROFILE=%s: kernels chosen for %s, built "
+                 "and run on %s", name, p->device_name, info->device_name);
+        info->vendor = p->vendor;
+        info->vendor_id = p->vendor_id;
+        info->kind = CLVARLEN_DEVICE_DISCRETE_GPU;
+        snprintf(info->device_name, sizeof info->device_name, "%s", p->device_name);
+        info->local_mem_bytes = p->local_mem;
+        info->max_work_group_size = p->max_wg;
+        info->compute_units = p->compute_units;
+        info->cc_major = info->cc_minor = 0;
+        return 1;
+    }
+    snprintf(note, note_size, "CLVARLEN_DEVICE_PROFILE=%s names no profile (amd-gfx90a, "
+             "amd-gfx1100, intel-xe-hpg, intel-xe-hpc, generic)", name);
+    return -1;
 }

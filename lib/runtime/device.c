@@ -422,13 +422,19 @@ static clvarlen_status select_from(const clvarlen_device_info *infos, size_t n, 
                  infos[best].device_name, kind_name(infos[best].kind));
         return CLVARLEN_SUCCESS;
     }
+    /* Mesa's llvmpipe (rusticl) is never a default: it silently ends a
+     * work-item's loops after 65535 iterations in all (docs/PORTABILITY.md), so
+     * long inputs could come out wrong. Named explicitly, it serves. */
     int best = -1;
     for (size_t i = 0; i < n; i++)
-        if (best < 0 || kind_rank(infos[i].kind) < kind_rank(infos[best].kind))
+        if (strncmp(infos[i].device_name, "llvmpipe", 8) != 0 &&
+            (best < 0 || kind_rank(infos[i].kind) < kind_rank(infos[best].kind)))
             best = (int)i;
     if (best < 0) {
         *index = -1;
-        snprintf(reason, reason_size, "no OpenCL device found: the built-in CPU fallback serves");
+        snprintf(reason, reason_size, "%s: the built-in CPU fallback serves",
+                 n ? "no OpenCL device but Mesa's llvmpipe, which serves only when named"
+                   : "no OpenCL device found");
         return CLVARLEN_SUCCESS;
     }
     *index = best;

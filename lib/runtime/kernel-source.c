@@ -349,6 +349,26 @@ static void store_binary(clvarlen_context *ctx, cl_program p, const program_key 
     free(b);
 }
 
+/* Developer knob: CLVARLEN_SOURCE_DUMP=<directory> writes every program's
+ * joined source there as <file>-<key>.cl, its build options on the first line
+ * (tests/portability/check-targets.py compiles them for other targets). A
+ * file that cannot be written is logged and skipped: it never fails a build. */
+static void dump_source(clvarlen_context *ctx, const char *file, const char *options,
+                        const char *source, size_t size, const program_key *pk)
+{
+    const char *dir = getenv("CLVARLEN_SOURCE_DUMP");
+    if (!dir || !*dir)
+        return;
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%.*s-%s.cl", dir, (int)strcspn(file, "."), file,
+             pk->key.hex);
+    FILE *f = fopen(path, "wb");
+    bool ok = f && fprintf(f, "// clvarlen-build-options: %s\n", options) > 0 &&
+              fwrite(source, 1, size, f) == size;
+    if ((f && fclose(f) != 0) || !ok)
+        cv_log(ctx, CLVARLEN_LOG_INFO, "CLVARLEN_SOURCE_DUMP: %s not written", path);
+}
+
 static clvarlen_status build_program(clvarlen_context *ctx, const char *file, const char *options,
                                      cl_program *out)
 {
@@ -360,6 +380,7 @@ static clvarlen_status build_program(clvarlen_context *ctx, const char *file, co
         return st;
     program_key pk; /* points into source until the binary is stored */
     program_key_init(ctx, source, size, options, &pk);
+    dump_source(ctx, file, options, source, size, &pk);
     if ((*out = load_cached(ctx, &pk, file, options)) != NULL) {
         free(source);
         return CLVARLEN_SUCCESS;

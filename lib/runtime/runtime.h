@@ -61,6 +61,10 @@ typedef struct cv_tuning {
 } cv_tuning;
 
 void cv_tuning_for(const clvarlen_device_info *info, cv_tuning *tuning);
+/** The developer knob CLVARLEN_DEVICE_PROFILE (device-db.c): 0 when unset; 1
+ * when *info now describes the profile's device (note says so); -1 when it
+ * names no profile (note says which exist). */
+int cv_device_profile_apply(clvarlen_device_info *info, char *note, size_t note_size);
 
 /* ------------------------------------------------------------ context (context.c) */
 
