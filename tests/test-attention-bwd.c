@@ -828,5 +828,9 @@ static Suite *bwd_suite(void)
 
 int main(void)
 {
+#if TEST_BACKEND_CL
+    if (!tu_probe_opencl_device())
+        return TU_EXIT_SKIP;
+#endif
     return tu_run_suite(bwd_suite());
 }

@@ -62,6 +62,8 @@ void tu_assert_i64_eq(const int64_t *got, const int64_t *want, int64_t n, const 
 
 /* ------------------------------------------------------------ OpenCL devices */
 
+static int best_opencl_device(void);
+
 int tu_probe_opencl_device(void)
 {
     /* The child may load the OpenCL driver; the parent (the Check runner) never does. */
@@ -74,11 +76,19 @@ int tu_probe_opencl_device(void)
         if (clvarlen_device_count(&count) != CLVARLEN_SUCCESS || count == 0)
             _exit(1);
         const char *spec = getenv("CLVARLEN_TEST_DEVICE");
+        int index = -1;
         if (spec && *spec) {
-            int index = -1;
             if (clvarlen_device_select(spec, &index, NULL, 0) != CLVARLEN_SUCCESS || index < 0)
                 _exit(1);
+        } else if ((index = best_opencl_device()) < 0) {
+            _exit(1);
         }
+        /* The test's output names the OpenCL implementation it runs on. */
+        clvarlen_device_info info;
+        if (clvarlen_device_query(index, &info) == CLVARLEN_SUCCESS)
+            printf("OpenCL device %d: %s (%s, driver %s)\n", index, info.device_name,
+                   info.platform_name, info.driver_version);
+        fflush(stdout);
         _exit(0);
     }
     int status = 0;
@@ -98,17 +108,14 @@ static int kind_rank(clvarlen_device_kind kind)
     }
 }
 
-const char *tu_cl_device_spec(void)
+/* The default order of clvarlen_device_select, but never the CPU fallback and
+ * independent of CLVARLEN_DEVICE (which a test may have set to "cpu"); -1 when
+ * there is no OpenCL device. No Check calls: the probe's child runs it too. */
+static int best_opencl_device(void)
 {
-    static char spec[32];
-    const char *env = getenv("CLVARLEN_TEST_DEVICE");
-    if (env && *env)
-        return env;
-    /* The default order of clvarlen_device_select, but never the CPU fallback and
-     * independent of CLVARLEN_DEVICE (which a test may have set to "cpu"). */
     size_t count = 0;
-    ck_assert_int_eq(clvarlen_device_count(&count), CLVARLEN_SUCCESS);
-    ck_assert_msg(count > 0, "no OpenCL device");
+    if (clvarlen_device_count(&count) != CLVARLEN_SUCCESS)
+        return -1;
     int best = -1, best_rank = 99;
     for (size_t i = 0; i < count; i++) {
         clvarlen_device_info info;
@@ -120,7 +127,17 @@ const char *tu_cl_device_spec(void)
             best = (int)i;
         }
     }
-    ck_assert_msg(best >= 0, "no usable OpenCL device among %zu", count);
+    return best;
+}
+
+const char *tu_cl_device_spec(void)
+{
+    static char spec[32];
+    const char *env = getenv("CLVARLEN_TEST_DEVICE");
+    if (env && *env)
+        return env;
+    int best = best_opencl_device();
+    ck_assert_msg(best >= 0, "no usable OpenCL device");
     snprintf(spec, sizeof spec, "%d", best);
     return spec;
 }
