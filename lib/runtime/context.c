@@ -258,6 +258,10 @@ static clvarlen_status attach_device(clvarlen_context *ctx, cl_platform_id platf
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s", note);
     if (profiled > 0)
         cv_log(ctx, CLVARLEN_LOG_INFO, "%s", note);
+    if (strncmp(ctx->device.device_name, "llvmpipe", 8) == 0)
+        cv_log(ctx, CLVARLEN_LOG_INFO, "%s: Mesa ends a work-item's loops after 65535 "
+               "iterations in all, without an error: long sequences can come out wrong "
+               "(docs/PORTABILITY.md)", ctx->device.device_name);
     cv_tuning_for(&ctx->device, &ctx->tuning);
     cl_device_fp_config fp = 0;
     ctx->exact_div = clGetDeviceInfo(dev, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL) ==
