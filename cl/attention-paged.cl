@@ -25,10 +25,13 @@ __kernel void kv_append(long n_tokens, int heads, int dk, int dv, int in_dt, int
                         __global uchar *kc, ulong kc_off, __global uchar *vc, ulong vc_off,
                         __global const int *flag)
 {
-    if (flag && *flag)
-        return;
+    /* The ids before the flag's return: get_global_id() reads an implicit
+     * kernel argument (the offset), and llvmpipe (Mesa 22.3 rusticl) warns that
+     * it may mis-read one read after a return on a loaded value. */
     const long t = get_global_id(1);
     const int e = (int)get_global_id(0) * vec;
+    if (flag && *flag)
+        return;
     const int kw = heads * dk, vw = heads * dv;
     if (t >= n_tokens || e >= kw + vw)
         return;
@@ -190,6 +193,8 @@ void attn_paged(__global const uchar *q, ulong q_off, long q_stride,
     __local float Alpha[PR], Lsum[PR], Mrow[PR];
     __local int Lo[PR], Hi[PR];
 
+    /* ln 2 through constant memory, before any control flow: see CV_CONST_ONE */
+    const float ln2 = M_LN2_F * CV_CONST_ONE(causal);
     if (flag && *flag)
         return;
     const int lid = get_local_id(0);
@@ -312,7 +317,7 @@ void attn_paged(__global const uchar *q, ulong q_off, long q_stride,
             const size_t tok = (size_t)(q0 + qi);
             const float lt = Lsum[r];
             const float res = lt > 0.0f ? acc[i] / lt : 0.0f;
-            const float l = lt > 0.0f ? (Mrow[r] + log2(lt)) * M_LN2_F : -INFINITY;
+            const float l = lt > 0.0f ? (Mrow[r] + log2(lt)) * ln2 : -INFINITY;
             if (n_splits == 1) {
                 STORE_ACT(o + o_off, tok * o_stride + (size_t)h * HEAD_DIM_V + col, res);
                 if (col == 0 && lse)

@@ -102,12 +102,15 @@ void attn_merge(long n_parts, long tokens, int heads, int dv, int dt, int part_d
                 ulong lse_off, __global const int *flag)
 {
     __local float wts[CV_ATTN_MERGE_WG / CV_ATTN_MERGE_LANES][CV_ATTN_MERGE_WMAX];
-    if (flag && *flag) /* a device check failed earlier in the chain: write nothing */
-        return;
+    /* A device check failed earlier in the chain: no row is active, so nothing
+     * is read or written. Not an early return: after a return on a loaded
+     * value the log below would sit in divergent control flow, where llvmpipe
+     * warns about the pointer to its table (see CV_CONST_ONE). */
+    const bool raised = flag && *flag;
     const int lane = get_local_id(0) % CV_ATTN_MERGE_LANES;
     const long row = (long)get_group_id(0) * (CV_ATTN_MERGE_WG / CV_ATTN_MERGE_LANES) +
                      (get_local_id(0) / CV_ATTN_MERGE_LANES);
-    const bool active = row < tokens * heads;
+    const bool active = !raised && row < tokens * heads;
     const long t = active ? row / heads : 0, h = active ? row % heads : 0;
     const long li = h * tokens + t;
     const size_t es = part_dt == CV_DT_F32 ? 4 : 2;
@@ -135,7 +138,9 @@ void attn_merge(long n_parts, long tokens, int heads, int dv, int dt, int part_d
             }
         }
     }
-    const float total = mx > -INFINITY ? mx + log(sum) : -INFINITY;
+    /* log outside the select, for the same reason (log(0) = -inf is unused) */
+    const float lsum = log(sum);
+    const float total = mx > -INFINITY ? mx + lsum : -INFINITY;
     for (long p = lane; p < CV_ATTN_MERGE_WMAX; p += CV_ATTN_MERGE_LANES) {
         float x = -INFINITY;
         if (active && p < n_parts)
@@ -286,6 +291,8 @@ void attn_fwd(__global const uchar *q, ulong q_off, long q_stride,
     __local float Red[BLOCK_M * TX];
     __local int range[2];
 
+    /* ln 2 through constant memory, before any control flow: see CV_CONST_ONE */
+    const float ln2 = M_LN2_F * CV_CONST_ONE(causal);
     if (flag && *flag)
         return;
     const int lid = get_local_id(0);
@@ -519,7 +526,7 @@ void attn_fwd(__global const uchar *q, ulong q_off, long q_stride,
             STORE_ACT(ob, tok * o_stride + (size_t)h * HEAD_DIM_V + tx + TX * c, acc[i][c] * inv);
         if (tx == 0 && lse)
             CV_PTR(float, lse, lse_off)[(size_t)h * total_q + tok] =
-                lt > 0.0f ? (m[i] + log2(lt)) * M_LN2_F : -INFINITY;
+                lt > 0.0f ? (m[i] + log2(lt)) * ln2 : -INFINITY;
     }
 }
 

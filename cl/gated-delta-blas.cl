@@ -44,6 +44,9 @@ __kernel __attribute__((reqd_work_group_size(BL_WG, 1, 1))) void
 gdn_blas_pack(GDN_ARGS, __global float *scr, long n_slots, int h0, int hcount)
 {
     __local float g_l[BL_C], eG_l[BL_C], beta_l[BL_C], rk_l[BL_C], rq_l[BL_C];
+    /* 1.0f through constant memory, before any control flow: log1p (the
+     * softplus) runs in a branch, see CV_CONST_ONE */
+    const float one = CV_CONST_ONE(flags);
     const int lid = get_local_id(0);
     const long it = get_group_id(0); /* the item: slot * hcount + head in the group */
     const long x = it / hcount, nb = n_slots * hcount;
@@ -68,7 +71,7 @@ gdn_blas_pack(GDN_ARGS, __global float *scr, long n_slots, int h0, int hcount)
             const float x_a = LOAD_ACT(a + a_off, t * a_stride + h) +
                               gdn_bias(dt_bias, dt_bias_off, h, flags);
             gv = -A * gdn_softplus(x_a, sp_beta, sp_threshold);
-            be = 1.0f / (1.0f + exp(-LOAD_ACT(b + b_off, t * b_stride + h)));
+            be = one / (one + exp(-LOAD_ACT(b + b_off, t * b_stride + h)));
             for (int kk = 0; kk < CV_K; kk++) {
                 const float kv = LOAD_ACT(kb, t * k_stride + (long)hq * CV_K + kk);
                 const float qv = LOAD_ACT(qb, t * q_stride + (long)hq * CV_K + kk);

@@ -153,6 +153,9 @@ __kernel __attribute__((reqd_work_group_size(CV_WG, 1, 1))) void gdn_recurrent(G
     __local float red[GDN_RED * GDN_TKP];
     __local float res[GDN_RED];
 
+    /* 1.0f through constant memory, before any control flow: log1p (the
+     * softplus) runs in loops and branches, see CV_CONST_ONE */
+    const float one = CV_CONST_ONE(flags);
     const int lid = get_local_id(0);
     const int skv = (flags & GDN_STATE_KV) != 0;
     /* consecutive work-items take consecutive elements of the state's rows: along V
@@ -293,7 +296,7 @@ __kernel __attribute__((reqd_work_group_size(CV_WG, 1, 1))) void gdn_recurrent(G
 
         /* the gates, computed by every work-item from the same two numbers */
         const float eg = exp(-A * gdn_softplus(ax + bias, sp_beta, sp_threshold));
-        const float beta = 1.0f / (1.0f + exp(-bx));
+        const float beta = one / (one + exp(-bx));
         const float rk = l2 ? rsqrt(tkk + 1e-6f) : 1.0f;
         const float rq = (l2 ? rsqrt(tqq + 1e-6f) : 1.0f) * scale;
         const float kq = tkq * rk * rq;
@@ -391,6 +394,9 @@ __kernel __attribute__((reqd_work_group_size(CV_CWG, 1, 1))) void gdn_chunked(GD
     __local float T_l[GDN_C * GDN_CHUNK_BLOCK]; /* inverses of the diagonal blocks */
     __local float G_l[GDN_C], beta_l[GDN_C], rk_l[GDN_C], rq_l[GDN_C], w_l[GDN_C];
 
+    /* 1.0f through constant memory, before any control flow: log1p (the
+     * softplus) runs in loops and branches, see CV_CONST_ONE */
+    const float one = CV_CONST_ONE(flags);
     const int lid = get_local_id(0);
     const long grp = get_group_id(0);
     const int vt = (int)(grp % GDN_CNVT);
@@ -440,7 +446,7 @@ __kernel __attribute__((reqd_work_group_size(CV_CWG, 1, 1))) void gdn_chunked(GD
                 const long t = c0 + lid;
                 const float x = LOAD_ACT(ab, t * a_stride + h) + bias;
                 g = -A * gdn_softplus(x, sp_beta, sp_threshold);
-                be = 1.0f / (1.0f + exp(-LOAD_ACT(bb, t * b_stride + h)));
+                be = one / (one + exp(-LOAD_ACT(bb, t * b_stride + h)));
             }
             G_l[lid] = g;
             beta_l[lid] = be;

@@ -4,7 +4,10 @@
  * the CP plan's per-token arrays. One work-item per element, grid-stride;
  * every index is bounds-checked (out of range: flag and skip). Kernels
  * taking `check` return at once when checks are on and an earlier kernel
- * raised a flag, so invalid input writes nothing.
+ * raised a flag, so invalid input writes nothing. Each takes get_global_id()
+ * before any return: it reads an implicit kernel argument (the offset), and
+ * llvmpipe (Mesa 22.3 rusticl) warns that it may mis-read such a read after a
+ * return on a loaded value ("load_kernel_arg in control flow").
  */
 #pragma OPENCL FP_CONTRACT OFF
 
@@ -26,10 +29,11 @@ __kernel void segment_lengths_from_cu(__global const int *cu, ulong cu_off, int 
                                       __global int *lengths, ulong len_off, __global int *flag,
                                       int check)
 {
+    const long gid = get_global_id(0);
     CV_SKIP_ON_FLAG(flag, check);
     __global const int *c = CV_CPTR(int, cu, cu_off);
     __global int *l = CV_PTR(int, lengths, len_off);
-    for (long s = get_global_id(0); s < n; s += get_global_size(0))
+    for (long s = gid; s < n; s += get_global_size(0))
         l[s] = c[s + 1] - c[s];
 }
 
@@ -38,11 +42,12 @@ __kernel void segment_token_maps(__global const int *cu, ulong cu_off, int n, lo
                                  __global int *seq_id, ulong seq_off, __global int *pos,
                                  ulong pos_off, __global int *flag, int check)
 {
+    const long gid = get_global_id(0);
     CV_SKIP_ON_FLAG(flag, check);
     if (n <= 0)
         return;
     __global const int *c = CV_CPTR(int, cu, cu_off);
-    for (long t = get_global_id(0); t < total; t += get_global_size(0)) {
+    for (long t = gid; t < total; t += get_global_size(0)) {
         int s = cv_seq_of_token(c, n, (int)t);
         if (seq_id)
             CV_PTR(int, seq_id, seq_off)[t] = s;
@@ -58,8 +63,9 @@ __kernel void segment_invert_map(__global const int *m32, __global const long *m
                                  long n, long limit, __global int *inv, ulong inv_off,
                                  __global int *flag, int check)
 {
+    const long gid = get_global_id(0);
     CV_SKIP_ON_FLAG(flag, check);
-    for (long i = get_global_id(0); i < n; i += get_global_size(0)) {
+    for (long i = gid; i < n; i += get_global_size(0)) {
         long m = cv_map_at(m32, m64, off, i);
         if (m == -1)
             continue;
@@ -79,6 +85,7 @@ __kernel void segment_cp_plan_tokens(__global const int *cu, ulong cu_off, int n
                                      __global int *position, ulong pos_off, __global int *flag,
                                      int check)
 {
+    const long gid = get_global_id(0);
     CV_SKIP_ON_FLAG(flag, check);
     long total = scratch[0];
     if (total < 0 || total > capacity || n <= 0)
@@ -86,7 +93,7 @@ __kernel void segment_cp_plan_tokens(__global const int *cu, ulong cu_off, int n
     __global const int *g = CV_CPTR(int, cu, cu_off);
     __global const int *lc = CV_CPTR(int, local_cu, local_off);
     int C = 2 * world;
-    for (long i = get_global_id(0); i < total; i += get_global_size(0)) {
+    for (long i = gid; i < total; i += get_global_size(0)) {
         int s;
         long t = cv_cp_global_of_local(g, lc, n, C, rank, i, &s);
         if (global_index)
