@@ -135,6 +135,10 @@ END_TEST
 
 int main(void)
 {
+#if TEST_BACKEND_CL
+    if (!tu_probe_opencl_device())
+        return TU_EXIT_SKIP;
+#endif
     Suite *s = suite_create(TEST_BACKEND_CL ? "precompile-cl" : "precompile-cpu");
     TCase *tc = tcase_create("precompile");
     tcase_set_timeout(tc, TEST_BACKEND_CL ? 900 : 120);
