@@ -46,7 +46,7 @@ static void scan_dump(const char *dir, dump_scan *s)
         for (size_t i = 0; i < sizeof nv_files / sizeof nv_files[0]; i++)
             if (strncmp(e->d_name, nv_files[i], strlen(nv_files[i])) == 0) {
                 s->nv_files++;
-                snprintf(s->example, sizeof s->example, "%s", e->d_name);
+                snprintf(s->example, sizeof s->example, "%.200s", e->d_name);
             }
         char path[4096], first[1024] = "";
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
@@ -59,7 +59,7 @@ static void scan_dump(const char *dir, dump_scan *s)
                       first);
         if (strstr(first, "-DCV_NV_PTX") || strstr(first, "-DCV_NV_SHFL")) {
             s->ptx_options++;
-            snprintf(s->example, sizeof s->example, "%s: %s", e->d_name, first);
+            snprintf(s->example, sizeof s->example, "%.200s: %.300s", e->d_name, first);
         }
         remove(path);
     }
