@@ -258,7 +258,7 @@ static clvarlen_status attach_device(clvarlen_context *ctx, cl_platform_id platf
         return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s", note);
     if (profiled > 0)
         cv_log(ctx, CLVARLEN_LOG_INFO, "%s", note);
-    if (strncmp(ctx->device.device_name, "llvmpipe", 8) == 0)
+    if (cv_device_is_llvmpipe(&ctx->device))
         cv_log(ctx, CLVARLEN_LOG_INFO, "%s: Mesa ends a work-item's loops after 65535 "
                "iterations in all, without an error: long sequences can come out wrong "
                "(docs/PORTABILITY.md)", ctx->device.device_name);

@@ -76,6 +76,11 @@ static void intel(cv_tuning *t)
     t->attn_wg = 128;        /* a multiple of 32: whole sub-groups at any width */
 }
 
+bool cv_device_is_llvmpipe(const clvarlen_device_info *info)
+{
+    return strncmp(info->device_name, "llvmpipe", 8) == 0;
+}
+
 void cv_tuning_for(const clvarlen_device_info *info, cv_tuning *t)
 {
     memset(t, 0, sizeof *t);
@@ -135,7 +140,7 @@ void cv_tuning_for(const clvarlen_device_info *info, cv_tuning *t)
          * 650 iterations per token at K 128, so o was zero from token 100 on.
          * 16 lanes leave loops of K / 16 <= 16 iterations, which Mesa unrolls:
          * about 3 per token (docs/PORTABILITY.md says what stays limited). */
-        if (strncmp(info->device_name, "llvmpipe", 8) == 0) {
+        if (cv_device_is_llvmpipe(info)) {
             t->gdn_k_lanes = 16;
             t->gdn_wg = 256; /* 16 columns x 16 lanes */
         }
@@ -214,7 +219,12 @@ int cv_device_profile_apply(clvarlen_device_info *info, char *note, size_t note_
         info->cc_major = info->cc_minor = 0;
         return 1;
     }
-    snprintf(note, note_size, "CLVARLEN_DEVICE_PROFILE=%s names no profile (amd-gfx90a, "
-             "amd-gfx1100, intel-xe-hpg, intel-xe-hpc, generic)", name);
+    int at = snprintf(note, note_size, "CLVARLEN_DEVICE_PROFILE=%s names no profile (", name);
+    for (size_t i = 0; i < sizeof profiles / sizeof profiles[0]; i++)
+        if (at >= 0 && (size_t)at < note_size)
+            at += snprintf(note + at, note_size - (size_t)at, "%s%s", i ? ", " : "",
+                           profiles[i].name);
+    if (at >= 0 && (size_t)at < note_size)
+        snprintf(note + at, note_size - (size_t)at, ")");
     return -1;
 }

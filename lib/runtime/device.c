@@ -427,7 +427,7 @@ static clvarlen_status select_from(const clvarlen_device_info *infos, size_t n, 
      * long inputs could come out wrong. Named explicitly, it serves. */
     int best = -1;
     for (size_t i = 0; i < n; i++)
-        if (strncmp(infos[i].device_name, "llvmpipe", 8) != 0 &&
+        if (!cv_device_is_llvmpipe(&infos[i]) &&
             (best < 0 || kind_rank(infos[i].kind) < kind_rank(infos[best].kind)))
             best = (int)i;
     if (best < 0) {

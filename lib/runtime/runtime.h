@@ -61,6 +61,10 @@ typedef struct cv_tuning {
 } cv_tuning;
 
 void cv_tuning_for(const clvarlen_device_info *info, cv_tuning *tuning);
+/** Mesa's llvmpipe, whose loop limiter silently ends a work-item's loops after
+ * 65535 iterations in all (docs/PORTABILITY.md): the device table, the default
+ * order and the context's log treat it apart. */
+bool cv_device_is_llvmpipe(const clvarlen_device_info *info);
 /** The developer knob CLVARLEN_DEVICE_PROFILE (device-db.c): 0 when unset; 1
  * when *info now describes the profile's device (note says so); -1 when it
  * names no profile (note says which exist). */
