@@ -5,11 +5,16 @@ cl_mem and byte offset (PyOpenCL), shape, strides in elements and clvarlen
 dtype. Outputs are allocated as the same kind of array as the call's inputs.
 """
 import ctypes
+from typing import Any
 
 import numpy as np
 
 from ._clvarlen import ffi, lib
 from ._errors import invalid, unsupported
+
+Array = Any
+"""An array argument or result: a numpy array, a CPU tensor with ``__dlpack__`` (torch,
+JAX) or a PyOpenCL array (the cl_mem path)."""
 
 # clvarlen dtype names, their C enum values, numpy dtypes and DLPack (code, bits).
 DTYPES = {

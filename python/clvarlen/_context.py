@@ -5,7 +5,7 @@ import numpy as np
 
 from . import _arrays as A
 from ._clvarlen import ffi, lib
-from ._errors import error_for, invalid, unsupported
+from ._errors import UnsupportedError, error_for, invalid, unsupported
 
 ACT = ("f32", "f16", "bf16")
 _NP = {k: v[1] for k, v in A.DTYPES.items()}
@@ -241,6 +241,60 @@ class Context:
         """CPU worker threads of the context."""
         return int(lib.clvarlen_context_threads(self._handle()))
 
-    def finish(self):
+    def finish(self) -> None:
         """Blocks until all work queued by the context has finished."""
         self._call_plain(lib.clvarlen_context_finish)
+
+    def precompile(self, ops=("segment", "attention", "attention_backward", "paged",
+                              "gated_delta"), dtypes=("bf16",), head_dims=(128,), heads_q=32,
+                   heads_kv=8, page_size=16) -> None:
+        """Builds, ahead of time, the kernels these ops use for these dtypes and head dims
+        (kept in the program cache for later processes; the CPU fallback only runs them).
+        ops: names among "segment", "attention", "attention_backward", "paged",
+        "gated_delta"."""
+        p = ffi.new("clvarlen_precompile_params *")
+        lib.clvarlen_precompile_params_init_sized(p, ffi.sizeof("clvarlen_precompile_params"))
+        p.ops = _op_bits(ops)
+        if len(dtypes) > 4 or len(head_dims) > 8:
+            raise invalid("precompile: at most 4 dtypes and 8 head dims")
+        for i, d in enumerate(dtypes):
+            p.dtypes[i] = _dtype_code(d)
+        p.n_dtypes = len(dtypes)
+        for i, d in enumerate(head_dims):
+            p.head_dims[i] = int(d)
+        p.n_head_dims = len(head_dims)
+        p.heads_q, p.heads_kv, p.page_size = int(heads_q), int(heads_kv), int(page_size)
+        self._call_plain(lib.clvarlen_context_precompile, p)
+
+    def supports(self, op: str, dtype: str = "bf16", head_dim: int = 128, heads_q: int = 32,
+                 heads_kv: int = 8) -> bool:
+        """Whether `op` ("attention", "paged", ...) takes this dtype and head dim here
+        (False with the reason in :attr:`last_reason`); builds its kernels as a side effect."""
+        try:
+            self._call_plain(lib.clvarlen_supports, _op_bits((op,)), _dtype_code(dtype),
+                             int(head_dim), int(heads_q), int(heads_kv))
+        except UnsupportedError as e:
+            self.last_reason = e.message
+            return False
+        self.last_reason = ""
+        return True
+
+
+_OPS = {"segment": "CLVARLEN_PRECOMPILE_SEGMENT", "attention": "CLVARLEN_PRECOMPILE_ATTENTION",
+        "attention_backward": "CLVARLEN_PRECOMPILE_ATTENTION_BACKWARD",
+        "paged": "CLVARLEN_PRECOMPILE_PAGED", "gated_delta": "CLVARLEN_PRECOMPILE_GATED_DELTA"}
+
+
+def _op_bits(ops):
+    bits = 0
+    for op in ops:
+        if op not in _OPS:
+            raise invalid("unknown op group %r (one of %s)" % (op, ", ".join(_OPS)))
+        bits |= getattr(lib, _OPS[op])
+    return bits
+
+
+def _dtype_code(name):
+    if name not in A.DTYPES:
+        raise invalid("unknown dtype %r (one of %s)" % (name, ", ".join(A.DTYPES)))
+    return A.DTYPES[name][0]

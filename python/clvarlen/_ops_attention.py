@@ -1,7 +1,10 @@
 """Varlen attention (SPEC 1): forward, backward, LSE merges, paged KV cache."""
 import math
 
+from typing import Optional, Tuple, Union
+
 from . import _arrays as A
+from ._arrays import Array
 from ._clvarlen import ffi, lib
 from ._context import ACT, _Buf
 from ._errors import invalid
@@ -97,11 +100,14 @@ class AttentionOps:
             A.need_contiguous(qp)
         return q, k, v, cu_q, cu_k, qp
 
-    def attention_forward(self, q, k, v, cu_seqlens_q, cu_seqlens_k=None, *, max_seqlen_q=0,
-                          max_seqlen_k=0, softmax_scale=None, causal=False,
-                          window_size=(-1, -1), softcap=0.0, dropout_p=0.0, dropout_seed=0,
-                          dropout_offset=0, q_pos=None, return_lse=False, out=None, lse=None,
-                          dtype=None):
+    def attention_forward(
+            self, q: Array, k: Array, v: Array, cu_seqlens_q: Array,
+            cu_seqlens_k: Optional[Array] = None, *, max_seqlen_q: int = 0, max_seqlen_k: int = 0,
+            softmax_scale: Optional[float] = None, causal: bool = False,
+            window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0, dropout_p: float = 0.0,
+            dropout_seed: int = 0, dropout_offset: int = 0, q_pos: Optional[Array] = None,
+            return_lse: bool = False, out: Optional[Array] = None, lse: Optional[Array] = None,
+            dtype: Optional[str] = None) -> Union[Array, Tuple[Array, Array]]:
         """Varlen attention forward (SPEC 1), as flash_attn_varlen_func.
 
         q [total_q, heads_q, head_dim], k [total_k, heads_kv, head_dim],
@@ -135,11 +141,15 @@ class AttentionOps:
                    _Buf(cu_k), _Buf(qp), _Buf(o), _Buf(lv))
         return (o.obj, lv.obj) if (return_lse or lse is not None) else o.obj
 
-    def attention_backward(self, dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k=None, *,
-                           max_seqlen_q=0, max_seqlen_k=0, softmax_scale=None, causal=False,
-                           window_size=(-1, -1), softcap=0.0, dropout_p=0.0, dropout_seed=0,
-                           dropout_offset=0, q_pos=None, grad_f32=False, deterministic=True,
-                           dq=None, dk=None, dv=None, dtype=None):
+    def attention_backward(
+            self, dout: Array, q: Array, k: Array, v: Array, out: Array, lse: Array,
+            cu_seqlens_q: Array, cu_seqlens_k: Optional[Array] = None, *, max_seqlen_q: int = 0,
+            max_seqlen_k: int = 0, softmax_scale: Optional[float] = None, causal: bool = False,
+            window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0, dropout_p: float = 0.0,
+            dropout_seed: int = 0, dropout_offset: int = 0, q_pos: Optional[Array] = None,
+            grad_f32: bool = False, deterministic: bool = True, dq: Optional[Array] = None,
+            dk: Optional[Array] = None, dv: Optional[Array] = None,
+            dtype: Optional[str] = None) -> Tuple[Array, Array, Array]:
         """Varlen attention backward (SPEC 1.2): returns (dq, dk, dv).
 
         dout and out [total_q, heads_q, head_dim_v] and lse [heads_q, total_q] f32
@@ -186,8 +196,10 @@ class AttentionOps:
                    _Buf(grads[1]), _Buf(grads[2]))
         return tuple(g.obj for g in grads)
 
-    def attention_merge(self, o_parts, lse_parts, *, return_lse=False, out=None, lse=None,
-                        dtype=None):
+    def attention_merge(
+            self, o_parts: Array, lse_parts: Array, *, return_lse: bool = False,
+            out: Optional[Array] = None, lse: Optional[Array] = None,
+            dtype: Optional[str] = None) -> Union[Array, Tuple[Array, Array]]:
         """N-way LSE merge of partial attention results of the same rows.
 
         o_parts [n_parts, tokens, heads, head_dim_v] (f32, f16 or bf16, contiguous),
@@ -209,7 +221,10 @@ class AttentionOps:
                    _Buf(o), _Buf(lv))
         return (o.obj, lv.obj) if (return_lse or lse is not None) else o.obj
 
-    def attention_merge2(self, o_a, lse_a, o_b, lse_b, *, out=None, lse=None, dtype=None):
+    def attention_merge2(
+            self, o_a: Array, lse_a: Array, o_b: Array, lse_b: Array, *,
+            out: Optional[Array] = None, lse: Optional[Array] = None,
+            dtype: Optional[str] = None) -> Tuple[Array, Array]:
         """Two-way LSE merge (a ring-attention step): returns (out, lse).
 
         o_a, o_b [tokens, heads, head_dim_v] (contiguous), lse_a, lse_b
@@ -234,8 +249,9 @@ class AttentionOps:
                    _Buf(ob), _Buf(lb), _Buf(o), _Buf(lv))
         return o.obj, lv.obj
 
-    def kv_cache_append(self, k, v, slot_mapping, k_cache, v_cache, *, dtype=None,
-                        cache_dtype=None):
+    def kv_cache_append(
+            self, k: Array, v: Array, slot_mapping: Array, k_cache: Array, v_cache: Array, *,
+            dtype: Optional[str] = None, cache_dtype: Optional[str] = None) -> None:
         """Writes new tokens' K and V rows into a paged cache (vLLM's reshape_and_cache).
 
         k [n_tokens, heads_kv, head_dim], v [n_tokens, heads_kv, head_dim_v] (f32, f16,
@@ -268,10 +284,13 @@ class AttentionOps:
         cl = self._mode([kv, vv, sm], [kc, vc])
         self._call("kv_cache_append", cl, p, _Buf(kv), _Buf(vv), _Buf(sm), _Buf(kc), _Buf(vc))
 
-    def paged_attention_forward(self, q, k_cache, v_cache, cu_seqlens_q, page_table,
-                                cache_seqlens, *, max_seqlen_q=0, softmax_scale=None,
-                                causal=False, window_size=(-1, -1), softcap=0.0, num_splits=0,
-                                return_lse=False, out=None, lse=None, dtype=None):
+    def paged_attention_forward(
+            self, q: Array, k_cache: Array, v_cache: Array, cu_seqlens_q: Array,
+            page_table: Array, cache_seqlens: Array, *, max_seqlen_q: int = 0,
+            softmax_scale: Optional[float] = None, causal: bool = False,
+            window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0, num_splits: int = 0,
+            return_lse: bool = False, out: Optional[Array] = None, lse: Optional[Array] = None,
+            dtype: Optional[str] = None) -> Union[Array, Tuple[Array, Array]]:
         """Paged attention forward (SPEC 1.1): decode, speculative verify, chunked prefill.
 
         q [total_q, heads_q, head_dim]; k_cache [num_pages, page_size, heads_kv, head_dim],

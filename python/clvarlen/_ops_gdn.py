@@ -1,5 +1,8 @@
 """The gated delta rule (SPEC 3): the fused sigmoid-gating delta-rule update."""
+from typing import Optional, Tuple, Union
+
 from . import _arrays as A
+from ._arrays import Array
 from ._clvarlen import ffi, lib
 from ._context import ACT, _Buf
 from ._errors import invalid
@@ -37,12 +40,16 @@ def _idx(name, obj, n):
 class GdnOps:
     """The gated delta rule method of :class:`clvarlen.Context`."""
 
-    def gated_delta_rule(self, q, k, v, a, b, A_log, dt_bias, cu_seqlens=None, *,
-                         fixed_seqlen=0, state_pool=None, state_indices=None,
-                         intermediate_states=None, cache_indices=None, scale=None,
-                         use_qk_l2norm=False, softplus_beta=1.0, softplus_threshold=20.0,
-                         disable_state_update=False, state_layout="vk", algorithm="auto",
-                         out=None, dtype=None, state_dtype=None, dt_bias_dtype=None):
+    def gated_delta_rule(
+            self, q: Array, k: Array, v: Array, a: Array, b: Array, A_log: Array, dt_bias: Array,
+            cu_seqlens: Optional[Array] = None, *, fixed_seqlen: int = 0,
+            state_pool: Optional[Array] = None, state_indices: Optional[Array] = None,
+            intermediate_states: Optional[Array] = None, cache_indices: Optional[Array] = None,
+            scale: Optional[float] = None, use_qk_l2norm: bool = False,
+            softplus_beta: float = 1.0, softplus_threshold: float = 20.0,
+            disable_state_update: bool = False, state_layout: str = "vk", algorithm: str = "auto",
+            out: Optional[Array] = None, dtype: Optional[str] = None,
+            state_dtype: Optional[str] = None, dt_bias_dtype: Optional[str] = None) -> Array:
         """The fused sigmoid-gating delta-rule update (SPEC 3); returns o [T, HV, V].
 
         q, k [T, H, K]; v [T, HV, V]; a, b [T, HV] (f32, f16 or bf16, one dtype; rows

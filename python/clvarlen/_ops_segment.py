@@ -3,7 +3,10 @@ import collections
 
 import numpy as np
 
+from typing import Optional, Tuple, Union
+
 from . import _arrays as A
+from ._arrays import Array
 from ._clvarlen import ffi, lib
 from ._context import _Buf
 from ._errors import invalid
@@ -85,7 +88,7 @@ def _same_row(a, b, ra, rb):
 class SegmentOps:
     """Segment methods of :class:`clvarlen.Context`."""
 
-    def cu_seqlens_from_lengths(self, lengths, *, out=None):
+    def cu_seqlens_from_lengths(self, lengths: Array, *, out: Optional[Array] = None) -> Array:
         """cu_seqlens int32 [n + 1] (exclusive scan) from lengths int32 [n]."""
         lv = _ints("lengths", lengths)
         o = self._out("out", out, lv, (lv.shape[0] + 1,), "i32")
@@ -93,7 +96,7 @@ class SegmentOps:
         self._call("cu_seqlens_from_lengths", cl, _Buf(lv), lv.shape[0], _Buf(o))
         return o.obj
 
-    def lengths_from_cu_seqlens(self, cu_seqlens, *, out=None):
+    def lengths_from_cu_seqlens(self, cu_seqlens: Array, *, out: Optional[Array] = None) -> Array:
         """lengths int32 [n] from a valid cu_seqlens int32 [n + 1]."""
         cu = _ints("cu_seqlens", cu_seqlens)
         n = max(cu.shape[0] - 1, 0)
@@ -102,8 +105,11 @@ class SegmentOps:
         self._call("lengths_from_cu_seqlens", cl, _Buf(cu), cu.shape[0] - 1, _Buf(o))
         return o.obj
 
-    def token_maps(self, cu_seqlens, offsets=None, *, seq_id=True, pos=True, total_tokens=None,
-                   seq_id_out=None, pos_out=None):
+    def token_maps(
+            self, cu_seqlens: Array, offsets: Optional[Array] = None, *, seq_id: bool = True,
+            pos: bool = True, total_tokens: Optional[int] = None,
+            seq_id_out: Optional[Array] = None,
+            pos_out: Optional[Array] = None) -> Tuple[Optional[Array], Optional[Array]]:
         """Token-to-sequence maps: returns (seq_id, pos), int32 [total_tokens] each.
 
         seq_id[t] is the sequence of token t (empty sequences skipped), pos[t] =
@@ -125,7 +131,11 @@ class SegmentOps:
         self._call("token_maps", cl, _Buf(cu), n, t, _Buf(off), _Buf(sid), _Buf(pv))
         return (sid.obj if sid is not None else None, pv.obj if pv is not None else None)
 
-    def pack(self, padded, valid_lens=None, *, mask=None, capacity=None, out=None, dtype=None):
+    def pack(
+            self, padded: Array, valid_lens: Optional[Array] = None, *,
+            mask: Optional[Array] = None, capacity: Optional[int] = None,
+            out: Optional[Array] = None,
+            dtype: Optional[str] = None) -> Tuple[Array, Array, Array]:
         """Padded [batch, max_seqlen, *row] -> packed rows (flash-attn unpad_input).
 
         valid_lens int32 [batch] (a valid prefix per sequence), or mask uint8/bool
@@ -174,12 +184,17 @@ class SegmentOps:
                        _Buf(ov), _Buf(cu), _Buf(src), ffi.NULL)
         return ov.obj[:total], cu.obj, src.obj[:total]
 
-    def pack_masked(self, padded, mask, *, capacity=None, out=None, dtype=None):
+    def pack_masked(
+            self, padded: Array, mask: Array, *, capacity: Optional[int] = None,
+            out: Optional[Array] = None,
+            dtype: Optional[str] = None) -> Tuple[Array, Array, Array]:
         """pack with a general mask [batch, max_seqlen] (uint8 or bool; nonzero = keep)."""
         return self.pack(padded, mask=mask, capacity=capacity, out=out, dtype=dtype)
 
-    def unpack(self, packed, src_index, batch, max_seqlen, *, pad_value=None, out=None,
-               dtype=None):
+    def unpack(
+            self, packed: Array, src_index: Array, batch: int, max_seqlen: int, *,
+            pad_value: Optional[float] = None, out: Optional[Array] = None,
+            dtype: Optional[str] = None) -> Array:
         """Packed [total, *row] -> padded [batch, max_seqlen, *row] (flash-attn pad_input).
 
         Row src_index[t] (int64 [total], distinct, < batch * max_seqlen) of the
@@ -229,7 +244,9 @@ class SegmentOps:
             return mod.empty(shape, dtype=like.obj.dtype)
         return np.empty(shape, dtype=np.dtype("V%d" % like.itemsize))
 
-    def gather_rows(self, src, index, *, out=None, dtype=None):
+    def gather_rows(
+            self, src: Array, index: Array, *, out: Optional[Array] = None,
+            dtype: Optional[str] = None) -> Array:
         """dst[m] = src[index[m]] (index int32 [n]; -1 gives a zero row). Returns dst [n, *row]."""
         sv, row = _rows("src", src, dtype, 1)
         iv = _ints("index", index)
@@ -240,8 +257,10 @@ class SegmentOps:
                    _Buf(iv), iv.shape[0], _Buf(ov), _stride(ov, relems))
         return ov.obj
 
-    def scatter_rows(self, src, index, dst, *, accumulate=False, zero_rest=False,
-                     unique_indices=False, dtype=None):
+    def scatter_rows(
+            self, src: Array, index: Array, dst: Array, *, accumulate: bool = False,
+            zero_rest: Optional[bool] = False, unique_indices: bool = False,
+            dtype: Optional[str] = None) -> Array:
         """dst[index[m]] = src[m] (or += with accumulate=True), in place; returns dst.
 
         index int32 [n]; -1 skips a row. Overwrite with a repeated index is an
@@ -263,8 +282,10 @@ class SegmentOps:
                    iv.shape[0], _Buf(dv), dv.shape[0], _stride(dv, relems), mode, flags)
         return dv.obj
 
-    def seqlens_expand(self, kv_len, q_len=None, *, uniform_q_len=0, page_table=None,
-                       col_limit=0, out=None, page_table_out=None):
+    def seqlens_expand(
+            self, kv_len: Array, q_len: Optional[Array] = None, *, uniform_q_len: int = 0,
+            page_table: Optional[Array] = None, col_limit: int = 0, out: Optional[Array] = None,
+            page_table_out: Optional[Array] = None) -> Tuple[Array, Optional[Array]]:
         """seqlens_expanded and page-table expansion for speculative decoding (SPEC 2.4).
 
         kv_len int32 [n] (KV length including the new tokens); q_len int32 [n] or
@@ -302,7 +323,7 @@ class SegmentOps:
         self._call("seqlens_expand", cl, *(args + [_Buf(None) if cl else ffi.NULL]))
         return sv.obj, (po.obj if po is not None else None)
 
-    def cp_plan(self, cu_seqlens, world, rank):
+    def cp_plan(self, cu_seqlens: Array, world: int, rank: int) -> CpPlan:
         """The per-document CP shard plan of rank `rank` of `world` (SPEC 2.5): a CpPlan."""
         cu = _ints("cu_seqlens", cu_seqlens)
         n = cu.shape[0] - 1
@@ -342,7 +363,9 @@ class SegmentOps:
         plan = with_ctx.cp_plan(np.ascontiguousarray(host, dtype=np.int32), world, rank)
         return plan.local_tokens
 
-    def cp_gather(self, global_rows, cu_seqlens, world, rank, *, out=None, dtype=None):
+    def cp_gather(
+            self, global_rows: Array, cu_seqlens: Array, world: int, rank: int, *,
+            out: Optional[Array] = None, dtype: Optional[str] = None) -> Array:
         """This rank's CP shard rows [local_tokens, *row] of the global packed rows.
 
         Laid out per document as [chunk rank | chunk 2W-1-rank] (SPEC 2.5).
@@ -363,8 +386,10 @@ class SegmentOps:
                        int(world), int(rank), _Buf(ov), _stride(ov, relems), ov.shape[0])
         return ov.obj
 
-    def cp_scatter(self, local_rows, cu_seqlens, world, rank, global_rows=None, *,
-                   accumulate=False, zero_rest=None, dtype=None):
+    def cp_scatter(
+            self, local_rows: Array, cu_seqlens: Array, world: int, rank: int,
+            global_rows: Optional[Array] = None, *, accumulate: bool = False,
+            zero_rest: Optional[bool] = None, dtype: Optional[str] = None) -> Array:
         """The inverse of cp_gather: local rows -> global rows [cu_seqlens[-1], *row].
 
         global_rows None: a new zeroed array (the other ranks' rows zero). Given:
@@ -393,7 +418,9 @@ class SegmentOps:
                        int(world), int(rank), _Buf(gv), _stride(gv, relems), mode, flags)
         return gv.obj
 
-    def gen_seq_lens(self, seed, world, n, total, *, out=None):
+    def gen_seq_lens(
+            self, seed: int, world: int, n: int, total: int, *,
+            out: Optional[Array] = None) -> Array:
         """Reproducible sequence lengths (SPEC 2.6): int32 [world, n], each row summing to
         total, the same on every platform for the same seed."""
         o = self._out("out", out, None, (int(world), int(n)), "i32")

@@ -180,3 +180,40 @@ def test_pyopencl_arrays(clctx, clqueue):
     expect(clvarlen.UnsupportedError, "CLVARLEN_ERROR_NO_OPENCL",
            lambda: other.attention_forward(d(q), d(k), d(v), d(cu)))
     other.close()
+
+
+def test_precompile_and_supports(ctx):
+    ctx.precompile(ops=("segment",), dtypes=("f32",), head_dims=(64,))
+    assert ctx.supports("attention", "f32", 64, 4, 2)
+    assert not ctx.supports("attention", "f32", 8, 4, 2) and ctx.last_reason
+    with pytest.raises(clvarlen.InvalidArgumentError):
+        ctx.supports("no-such-op")
+
+
+def test_gil_released_during_a_call():
+    """Python threads run while a call works in C (cffi releases the GIL)."""
+    c = clvarlen.Context(device="cpu", threads=1)
+    rng = np.random.default_rng(35)
+    q = rng.standard_normal((3000, 4, 64)).astype(np.float32)
+    k = rng.standard_normal((3000, 1, 64)).astype(np.float32)
+    cu = np.array([0, 3000], np.int32)
+    span = []
+
+    def work():
+        import time  # pylint: disable=import-outside-toplevel
+        t0 = time.monotonic()
+        c.attention_forward(q, k, k, cu)
+        span.extend([t0, time.monotonic()])
+
+    import time  # pylint: disable=import-outside-toplevel
+    th = threading.Thread(target=work)
+    ticks = []
+    th.start()
+    while th.is_alive():
+        ticks.append(time.monotonic())
+    th.join()
+    c.close()
+    t0, t1 = span
+    inside = [t for t in ticks if t0 + 0.2 * (t1 - t0) < t < t1 - 0.2 * (t1 - t0)]
+    assert t1 - t0 > 0.02, "the call was too short to tell"
+    assert len(inside) > 100
