@@ -12,6 +12,7 @@ device or the built-in CPU fallback.
 Every operation is a method of :class:`Context`, named as the C function without
 ``clvarlen_``; ``help(clvarlen.Context.attention_forward)`` gives shapes and dtypes.
 """
+import atexit
 import threading
 
 from ._clvarlen import ffi, lib
@@ -46,4 +47,5 @@ def gen_seq_lens(seed, world, n, total):
     with _cpu_lock:
         if _cpu is None:
             _cpu = Context(device="cpu", threads=1)
+            atexit.register(_cpu.close)
     return _cpu.gen_seq_lens(seed, world, n, total)

@@ -173,7 +173,9 @@ def view(name, obj, dtype=None):
     else:
         raise invalid("%s: expected a numpy array, a DLPack tensor or a PyOpenCL array, got %s"
                       % (name, type(obj).__name__))
-    if dtype is not None and v.dtype == "u16" and dtype in ("bf16", "f16"):
+    if dtype is not None and v.dtype != dtype:
+        if v.dtype != "u16" or dtype not in ("bf16", "f16"):
+            raise invalid("%s: dtype=%r given, but the array holds %s" % (name, dtype, v.dtype))
         v.dtype = dtype
     return v
 
@@ -195,6 +197,8 @@ def need_shape(v, shape):
 
 def need_inner_contiguous(v, from_dim=1):
     """Dimensions from_dim.. packed (the C API takes a stride for dimension 0 only)."""
+    if v.numel() == 0:
+        return
     expect = 1
     for d in range(v.ndim - 1, from_dim - 1, -1):
         if v.shape[d] > 1 and v.strides[d] != expect:
@@ -213,7 +217,7 @@ def row_stride(v, row_elems):
     need_inner_contiguous(v, 1)
     if v.ndim == 0:
         raise invalid("%s: a 0-d array" % v.name)
-    if v.shape[0] <= 1:
+    if v.shape[0] <= 1 or v.numel() == 0:
         return row_elems
     if v.strides[0] < row_elems:
         raise invalid("%s: a row stride of %d elements, less than a row (%d); rows must not "

@@ -152,12 +152,7 @@ class Context:
                 expanded.append(a)
         if cl:
             expanded += [0, ffi.NULL, ffi.NULL]
-        with self._lock:
-            ctx = self._handle()
-            status = fn(ctx, *expanded)
-            msg = _last_error(ctx) if status != lib.CLVARLEN_SUCCESS else ""
-        if status != lib.CLVARLEN_SUCCESS:
-            raise error_for(status, msg)
+        self._call_plain(fn, *expanded)
 
     def _mode(self, views, outs=()):
         """True for the cl_mem path: every array a PyOpenCL array of this context."""
@@ -187,6 +182,7 @@ class Context:
         return int(ffi.cast("uintptr_t", c[0]))
 
     def _call_plain(self, fn, *args):
+        """fn(context, *args) under the context's lock; a failed status raises its Error."""
         with self._lock:
             ctx = self._handle()
             status = fn(ctx, *args)

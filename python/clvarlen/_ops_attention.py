@@ -86,6 +86,12 @@ class AttentionOps:
         p.dropout_offset = int(opts["dropout_offset"])
         return p
 
+    def _attn_setup(self, a):
+        """Views and the C params from the arguments of attention_forward/_backward."""
+        q, k, v, cu_q, cu_k, qp = self._attn_inputs(a["q"], a["k"], a["v"], a["cu_seqlens_q"],
+                                                    a["cu_seqlens_k"], a["q_pos"], a["dtype"])
+        return q, k, v, cu_q, cu_k, qp, self._attn_params(q, k, v, cu_q, cu_k, a)
+
     def _attn_inputs(self, q, k, v, cu_seqlens_q, cu_seqlens_k, q_pos, dtype):
         q = _act("q", q, dtype, 3)
         k = _act("k", k, dtype, 3, q)
@@ -121,13 +127,7 @@ class AttentionOps:
         lse [heads_q, total_q] f32 (natural log of the softmax denominator,
         -inf for a row that sees no key).
         """
-        q, k, v, cu_q, cu_k, qp = self._attn_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k,
-                                                    q_pos, dtype)
-        opts = dict(max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-                    softmax_scale=softmax_scale, causal=causal, window_size=window_size,
-                    softcap=softcap, dropout_p=dropout_p, dropout_seed=dropout_seed,
-                    dropout_offset=dropout_offset)
-        p = self._attn_params(q, k, v, cu_q, cu_k, opts)
+        q, k, v, cu_q, cu_k, qp, p = self._attn_setup(locals())
         tq, hq, dv = q.shape[0], q.shape[1], v.shape[2]
         o = self._out("out", out, q, (tq, hq, dv), q.dtype)
         p.o_stride = A.row_stride(o, hq * dv)
@@ -159,13 +159,7 @@ class AttentionOps:
         accumulated in f32; for GQA dk and dv sum over each KV head's query heads.
         Deterministic: bitwise the same on every run and thread count.
         """
-        q, k, v, cu_q, cu_k, qp = self._attn_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k,
-                                                    q_pos, dtype)
-        opts = dict(max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-                    softmax_scale=softmax_scale, causal=causal, window_size=window_size,
-                    softcap=softcap, dropout_p=dropout_p, dropout_seed=dropout_seed,
-                    dropout_offset=dropout_offset)
-        p = self._attn_params(q, k, v, cu_q, cu_k, opts)
+        q, k, v, cu_q, cu_k, qp, p = self._attn_setup(locals())
         tq, hq, d = q.shape
         tk, hk, dvd = v.shape
         o = _act("out", out, dtype, 3, q)

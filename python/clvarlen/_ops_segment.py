@@ -57,7 +57,7 @@ def _row_dtype(v, row, accumulate=False):
 def _stride(v, relems, dim=0):
     """The element stride (bytes for raw rows) of dimension dim, checked against a row."""
     scale = 1 if v.dtype in _DT else v.itemsize
-    if v.ndim <= dim or v.shape[dim] <= 1:
+    if v.ndim <= dim or v.shape[dim] <= 1 or v.numel() == 0:
         return relems
     stride = v.strides[dim] * scale
     if stride < relems:
@@ -70,6 +70,8 @@ def _padded_stride(v, relems):
     """The row stride of padded [batch, max_seqlen, *row]; batches must be max_seqlen rows apart."""
     b, s = v.shape[0], v.shape[1]
     scale = 1 if v.dtype in _DT else v.itemsize
+    if v.numel() == 0:
+        return relems
     if s > 1:
         stride = _stride(v, relems, 1)
         if b > 1 and v.strides[0] * scale != s * stride:
@@ -337,10 +339,8 @@ class SegmentOps:
             self._call("cp_plan", cl, _Buf(cu), n, int(world), int(rank), _Buf(outs[0]),
                        _Buf(outs[1]), _Buf(outs[2]), cap, _Buf(gi), _Buf(ps), _Buf(lt))
             local = int(lt.obj.get()[0])
-            lcu = np.asarray(outs[0].obj.get())
             heads = np.diff(np.asarray(outs[1].obj.get()))
             tails = np.diff(np.asarray(outs[2].obj.get()))
-            del lcu
             mh = int(heads.max()) if n > 0 else 0
             mt = int(tails.max()) if n > 0 else 0
         else:
@@ -358,10 +358,8 @@ class SegmentOps:
                       local, mh, mt)
 
     def _local_tokens(self, cu, world, rank):
-        host = self._host_ints(cu)
-        with_ctx = self if cu.kind != "cl" else self
-        plan = with_ctx.cp_plan(np.ascontiguousarray(host, dtype=np.int32), world, rank)
-        return plan.local_tokens
+        host = np.ascontiguousarray(self._host_ints(cu), dtype=np.int32)
+        return self.cp_plan(host, world, rank).local_tokens
 
     def cp_gather(
             self, global_rows: Array, cu_seqlens: Array, world: int, rank: int, *,

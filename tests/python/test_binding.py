@@ -217,3 +217,19 @@ def test_gil_released_during_a_call():
     inside = [t for t in ticks if t0 + 0.2 * (t1 - t0) < t < t1 - 0.2 * (t1 - t0)]
     assert t1 - t0 > 0.02, "the call was too short to tell"
     assert len(inside) > 100
+
+
+def test_empty_batches(ctx):
+    """Zero tokens (numpy's empty arrays may carry zero strides) are valid no-ops."""
+    cu = np.zeros(1, np.int32)
+    q, k = np.zeros((0, 4, 64), np.float32), np.zeros((0, 2, 64), np.float32)
+    assert ctx.attention_forward(q, k, k, cu).shape == (0, 4, 64)
+    assert ctx.gather_rows(np.zeros((0, 4), np.float32), np.zeros(0, np.int32)).shape == (0, 4)
+    packed, cu_out, src = ctx.pack(np.zeros((0, 3, 2), np.float32), np.zeros(0, np.int32))
+    assert packed.shape == (0, 2) and cu_out.tolist() == [0] and src.shape == (0,)
+    shapes = [(0, 1, 16), (0, 1, 16), (0, 2, 16), (0, 2), (0, 2), (2,), (2,)]
+    o = ctx.gated_delta_rule(*(np.zeros(s, np.float32) for s in shapes), cu)
+    assert o.shape == (0, 2, 16)
+    assert ctx.cp_plan(cu, 2, 1).local_tokens == 0
+    expect(clvarlen.InvalidArgumentError, "CLVARLEN_ERROR_INVALID_ARGUMENT",
+           lambda: ctx.attention_forward(q, k, k, cu, dtype="bf16"))
