@@ -287,4 +287,19 @@ int cv_pool_size(const cv_pool *pool);
 typedef void (*cv_range_fn)(void *arg, int64_t begin, int64_t end);
 void cv_pool_for(cv_pool *pool, int64_t n, int64_t grain, cv_range_fn fn, void *arg);
 
+/* ------------------------------------------------------------ CPU instruction set (cpu-isa.c) */
+
+/** Vector levels of the CPU twins' microkernels (lib/cpu/attention-kern.c is
+ * compiled once per level on x86-64; elsewhere only GENERIC exists). */
+typedef enum cv_cpu_isa {
+    CV_CPU_ISA_GENERIC = 0, /* portable C (GCC vector extensions, baseline target) */
+    CV_CPU_ISA_AVX2 = 1,    /* AVX2 + FMA (+ F16C) */
+    CV_CPU_ISA_AVX512 = 2,  /* AVX-512 F/BW/VL/DQ */
+} cv_cpu_isa;
+
+/** The best level this CPU has, or CLVARLEN_CPU_ISA's (generic, avx2, avx512)
+ * when that is lower. Detected once per process. */
+cv_cpu_isa cv_cpu_isa_level(void);
+const char *cv_cpu_isa_name(cv_cpu_isa isa);
+
 #endif /* CLVARLEN_CORE_H */

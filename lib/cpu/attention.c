@@ -1,8 +1,10 @@
-/* Varlen attention on the CPU fallback: the same tiled online softmax as the
- * device kernels, over work items (sequence, query head, query tile) spread
- * on the pool. Inputs are converted to f32 a tile at a time; K is stored
- * transposed so that the inner loops run over contiguous floats and
- * vectorise without reassociating any sum.
+/* Varlen attention on the CPU fallback: the tiled online softmax of the
+ * device kernels as blocked matrix products. A work item is (sequence, KV
+ * head, the query heads of its group that are stacked together, a block of
+ * query rows): K and V blocks are converted to f32 once per item and serve
+ * every stacked row; S = Q K^T and O += P V run on the microkernels of
+ * attention-isa.h (the best instruction set the CPU has, picked at run
+ * time), the softmax between them a row at a time with a vector exp.
  */
 #include "cpu/attention.h"
 
@@ -11,30 +13,40 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Rows per query tile and keys per key tile. Small tiles keep the scratch in
- * L1/L2 and give the pool enough items for short sequences. */
-#define CPU_BLOCK_M 16
-#define CPU_BLOCK_N 64
-/* Width of the register-blocked inner loops; head dims are multiples of 16. */
-#define CPU_VEC 16
+#include "cpu/attention-isa.h"
+
+/* Stacked rows per item (query rows x query heads of one KV head). */
+#define CPU_ROWS 64
+/* Query heads stacked at most (the rest of a group goes to further items). */
+#define CPU_MAX_STACK 4
 
 typedef struct tile_item {
     int32_t seq;
-    int32_t row0; /* first query row of the tile within the sequence */
+    int32_t row0; /* first query row of the block within the sequence */
 } tile_item;
 
 typedef struct fwd_job {
     const cv_attn_desc *d;
+    const cv_attn_kern *kern;
     const char *q, *k, *v;
     const int32_t *cu_q, *cu_k, *q_pos;
     char *o;
     float *lse;
     const tile_item *tiles;
+    int32_t block_m, stack, chunks; /* query rows per item, heads stacked, chunks per group */
     /* One scratch block per pool thread; a running chunk claims a free one. */
     float **scratch;
     atomic_int *busy;
     int n_scratch;
 } fwd_job;
+
+/* The stacked rows of one item: row R is query row row0 + R % rows of head h0 + R / rows. */
+typedef struct fwd_rows {
+    int32_t n, rows, h0;
+    int64_t q_begin, k_begin, row0;
+    int64_t lo[CPU_ROWS], hi[CPU_ROWS];
+    float m[CPU_ROWS], l[CPU_ROWS];
+} fwd_rows;
 
 static int claim_scratch(fwd_job *job)
 {
@@ -46,179 +58,149 @@ static int claim_scratch(fwd_job *job)
     }
 }
 
-static void load_row(const char *base, clvarlen_dtype dt, int64_t elem_off, int32_t n, float *out)
-{
-    for (int32_t i = 0; i < n; i++)
-        out[i] = cv_load_act(base, dt, elem_off + i);
-}
-
-/* Dropout of one row's probabilities p[j] (packed query t, packed keys u0 +
- * j), after their sum went into l (SPEC 1.2: lse is the undropped softmax's). */
-static void drop_row(const cv_attn_desc *d, int32_t h, int64_t t, int64_t u0, float *p, int32_t n)
-{
-    for (int32_t j = 0; j < n; j++)
-        if (p[j] != 0.0f)
-            p[j] *= cv_dropout_factor(d, h, t, u0 + j);
-}
-
-/* The normalised rows of a finished tile into o and lse (rows that saw
+/* The normalised rows of a finished item into o and lse (rows that saw
  * nothing: o = 0, lse = -inf). */
-static void store_tile(fwd_job *job, int32_t h, int64_t tok0, int32_t rows, const float *acc,
-                       const float *m, const float *l)
+static void store_rows(fwd_job *job, const fwd_rows *fr, const float *acc)
 {
     const cv_attn_desc *d = job->d;
     const int32_t Dv = d->head_dim_v;
-    for (int32_t r = 0; r < rows; r++) {
-        int64_t tok = tok0 + r;
+    for (int32_t R = 0; R < fr->n; R++) {
+        int32_t h = fr->h0 + R / fr->rows;
+        int64_t tok = fr->q_begin + fr->row0 + R % fr->rows;
         int64_t ooff = tok * d->o_stride + (int64_t)h * Dv;
-        const float *ar = acc + (size_t)r * Dv;
-        if (l[r] > 0.0f) {
-            float inv = 1.0f / l[r];
-            for (int32_t c = 0; c < Dv; c++)
-                cv_store_act(job->o, d->dtype, ooff + c, ar[c] * inv);
-            if (job->lse)
-                job->lse[(int64_t)h * d->total_q + tok] = m[r] + logf(l[r]);
-        } else {
-            for (int32_t c = 0; c < Dv; c++)
-                cv_store_act(job->o, d->dtype, ooff + c, 0.0f);
-            if (job->lse)
-                job->lse[(int64_t)h * d->total_q + tok] = -INFINITY;
-        }
+        const float *ar = acc + (size_t)R * Dv;
+        float inv = fr->l[R] > 0.0f ? 1.0f / fr->l[R] : 0.0f;
+        for (int32_t c = 0; c < Dv; c++)
+            cv_store_act(job->o, d->dtype, ooff + c, fr->l[R] > 0.0f ? ar[c] * inv : 0.0f);
+        if (job->lse)
+            job->lse[(int64_t)h * d->total_q + tok] =
+                fr->l[R] > 0.0f ? fr->m[R] + logf(fr->l[R]) : -INFINITY;
     }
 }
 
-static void fwd_tile(fwd_job *job, const tile_item *it, int32_t h, float *scratch)
+/* Scores of row R for keys [kb, kb + nb) -> probabilities (in place, 0 past nb
+ * and where masked), the running max and sum updated; returns the factor acc
+ * row R must be scaled by (1 when the block holds no key the row sees: its
+ * probabilities are then all 0). */
+static float softmax_row(const cv_attn_kern *kern, const cv_attn_desc *d, fwd_rows *fr,
+                         int32_t R, int64_t kb, int32_t nb, float *x)
+{
+    int64_t lo = fr->lo[R], hi = fr->hi[R];
+    if (lo > hi || kb > hi || kb + nb - 1 < lo) {
+        memset(x, 0, sizeof(float) * CV_ATTN_BN);
+        return 1.0f;
+    }
+    int32_t jlo = (int32_t)CV_MAX(lo - kb, (int64_t)0);
+    int32_t jhi = (int32_t)CV_MIN(hi - kb, (int64_t)nb - 1);
+    float bmax = kern->mask_max(x, d->scale, d->softcap, jlo, jhi);
+    /* bmax is finite (the block meets the visible range) unless scores are NaN. */
+    float m_new = fr->m[R] > bmax ? fr->m[R] : bmax;
+    float alpha = expf(fr->m[R] - m_new); /* 0 when m was -inf */
+    fr->m[R] = m_new;
+    fr->l[R] = fr->l[R] * alpha + kern->exp_sum(x, m_new);
+    return alpha;
+}
+
+/* An item's f32 tiles in its worker's scratch. */
+typedef struct fwd_tiles {
+    float *acc; /* [CPU_ROWS][Dv] */
+    float *qf;  /* [CPU_ROWS][D] */
+    float *kt;  /* [D][CV_ATTN_BN] */
+    float *vf;  /* [CV_ATTN_BN][Dv] */
+    float *sc;  /* [CPU_ROWS][CV_ATTN_BN] */
+} fwd_tiles;
+
+static void fwd_block(fwd_job *job, fwd_rows *fr, int64_t kb, int32_t nb, const fwd_tiles *tl)
+{
+    float *kt = tl->kt, *vf = tl->vf, *sc = tl->sc, *acc = tl->acc;
+    const cv_attn_desc *d = job->d;
+    const cv_attn_kern *kern = job->kern;
+    const int32_t D = d->head_dim, Dv = d->head_dim_v, kvh = fr->h0 / (d->heads_q / d->heads_kv);
+    kern->load_kt(job->k, d->dtype, (fr->k_begin + kb) * d->k_stride + (int64_t)kvh * D,
+                  d->k_stride, nb, D, kt);
+    for (int32_t j = 0; j < nb; j++)
+        kern->to_f32(job->v, d->dtype, (fr->k_begin + kb + j) * d->v_stride + (int64_t)kvh * Dv,
+                     Dv, vf + (size_t)j * Dv);
+    kern->scores(tl->qf, fr->n, D, kt, sc);
+    float alpha[CPU_ROWS];
+    for (int32_t R = 0; R < fr->n; R++) {
+        float *p = sc + (size_t)R * CV_ATTN_BN;
+        alpha[R] = softmax_row(kern, d, fr, R, kb, nb, p);
+        if (d->drop_p > 0.0f) { /* SPEC 1.2: l summed the undropped p */
+            int32_t h = fr->h0 + R / fr->rows;
+            int64_t t = fr->q_begin + fr->row0 + R % fr->rows;
+            for (int32_t j = 0; j < nb; j++)
+                if (p[j] != 0.0f)
+                    p[j] *= cv_dropout_factor(d, h, t, fr->k_begin + kb + j);
+        }
+    }
+    kern->pv(sc, fr->n, nb, vf, Dv, acc, alpha);
+}
+
+static void fwd_item(fwd_job *job, int64_t w, float *scratch)
 {
     const cv_attn_desc *d = job->d;
-    const int32_t D = d->head_dim, Dv = d->head_dim_v;
-    const int32_t group = d->heads_q / d->heads_kv;
-    const int32_t kvh = h / group;
-    const int64_t q_begin = job->cu_q[it->seq], k_begin = job->cu_k[it->seq];
-    const int64_t lq = job->cu_q[it->seq + 1] - q_begin, lk = job->cu_k[it->seq + 1] - k_begin;
-    const int32_t rows = (int32_t)CV_MIN((int64_t)CPU_BLOCK_M, lq - it->row0);
+    const int32_t D = d->head_dim, Dv = d->head_dim_v, group = d->heads_q / d->heads_kv;
+    const int64_t per_tile = (int64_t)d->heads_kv * job->chunks;
+    const tile_item *it = &job->tiles[w / per_tile];
+    const int32_t kvh = (int32_t)(w % per_tile / job->chunks), hc = (int32_t)(w % job->chunks);
+    fwd_rows fr;
+    fr.q_begin = job->cu_q[it->seq];
+    fr.k_begin = job->cu_k[it->seq];
+    fr.row0 = it->row0;
+    const int64_t lq = job->cu_q[it->seq + 1] - fr.q_begin, lk = job->cu_k[it->seq + 1] - fr.k_begin;
+    fr.rows = (int32_t)CV_MIN((int64_t)job->block_m, lq - it->row0);
+    fr.h0 = kvh * group + hc * job->stack;
+    fr.n = fr.rows * CV_MIN(job->stack, group - hc * job->stack);
 
-    float *qf = scratch;                          /* [BM][D] */
-    float *kt = qf + CPU_BLOCK_M * D;             /* [D][BN], transposed */
-    float *vf = kt + (size_t)D * CPU_BLOCK_N;     /* [BN][Dv] */
-    float *srow = vf + (size_t)CPU_BLOCK_N * Dv;  /* [BN] */
-    float *acc = srow + CPU_BLOCK_N;              /* [BM][Dv] */
-    float *m = acc + (size_t)CPU_BLOCK_M * Dv;    /* [BM] */
-    float *l = m + CPU_BLOCK_M;                   /* [BM] */
-    int64_t lo[CPU_BLOCK_M], hi[CPU_BLOCK_M];
-
+    fwd_tiles tl;
+    tl.acc = scratch;
+    tl.qf = tl.acc + (size_t)CPU_ROWS * Dv;
+    tl.kt = tl.qf + (size_t)CPU_ROWS * D;
+    tl.vf = tl.kt + (size_t)D * CV_ATTN_BN;
+    tl.sc = tl.vf + (size_t)CV_ATTN_BN * Dv;
     int64_t kmin = INT64_MAX, kmax = -1;
-    for (int32_t r = 0; r < rows; r++) {
-        int64_t i = it->row0 + r;
-        int64_t pos = job->q_pos ? (int64_t)job->q_pos[q_begin + i] : i + lk - lq;
-        cv_attn_visible(d, pos, lk, &lo[r], &hi[r]);
-        if (lo[r] <= hi[r]) {
-            kmin = CV_MIN(kmin, lo[r]);
-            kmax = CV_MAX(kmax, hi[r]);
+    for (int32_t R = 0; R < fr.n; R++) {
+        int64_t i = it->row0 + R % fr.rows;
+        int64_t pos = job->q_pos ? (int64_t)job->q_pos[fr.q_begin + i] : i + lk - lq;
+        cv_attn_visible(d, pos, lk, &fr.lo[R], &fr.hi[R]);
+        if (fr.lo[R] <= fr.hi[R]) {
+            kmin = CV_MIN(kmin, fr.lo[R]);
+            kmax = CV_MAX(kmax, fr.hi[R]);
         }
-        load_row(job->q, d->dtype, (q_begin + i) * d->q_stride + (int64_t)h * D, D, qf + r * D);
-        m[r] = -INFINITY;
-        l[r] = 0.0f;
+        job->kern->to_f32(job->q, d->dtype,
+                          (fr.q_begin + i) * d->q_stride + (int64_t)(fr.h0 + R / fr.rows) * D, D,
+                          tl.qf + (size_t)R * D);
+        fr.m[R] = -INFINITY;
+        fr.l[R] = 0.0f;
     }
-    memset(acc, 0, sizeof(float) * (size_t)CPU_BLOCK_M * Dv);
-
-    for (int64_t kb = kmin; kb <= kmax; kb += CPU_BLOCK_N) {
-        int32_t nb = (int32_t)CV_MIN((int64_t)CPU_BLOCK_N, kmax + 1 - kb);
-        /* Key columns up to a multiple of CPU_VEC, zero-filled past nb. */
-        int32_t nbv = (nb + CPU_VEC - 1) / CPU_VEC * CPU_VEC;
-        for (int32_t j = 0; j < nbv; j++) {
-            if (j >= nb) {
-                for (int32_t c = 0; c < D; c++)
-                    kt[(size_t)c * CPU_BLOCK_N + j] = 0.0f;
-                continue;
-            }
-            int64_t tok = k_begin + kb + j;
-            int64_t koff = tok * d->k_stride + (int64_t)kvh * D;
-            for (int32_t c = 0; c < D; c++)
-                kt[(size_t)c * CPU_BLOCK_N + j] = cv_load_act(job->k, d->dtype, koff + c);
-            load_row(job->v, d->dtype, tok * d->v_stride + (int64_t)kvh * Dv, Dv,
-                     vf + (size_t)j * Dv);
-        }
-        for (int32_t r = 0; r < rows; r++) {
-            if (lo[r] > hi[r] || kb > hi[r] || kb + nb - 1 < lo[r])
-                continue;
-            const float *qr = qf + r * D;
-            /* CPU_VEC independent sums in a fixed-size array: the compiler keeps
-             * them in vector registers (no reassociation of any one sum). */
-            for (int32_t j0 = 0; j0 < nbv; j0 += CPU_VEC) {
-                float a[CPU_VEC] = {0};
-                for (int32_t c = 0; c < D; c++) {
-                    const float qc = qr[c];
-                    const float *kc = kt + (size_t)c * CPU_BLOCK_N + j0;
-                    for (int jj = 0; jj < CPU_VEC; jj++)
-                        a[jj] += qc * kc[jj];
-                }
-                memcpy(srow + j0, a, sizeof a);
-            }
-            float bmax = -INFINITY;
-            for (int32_t j = 0; j < nb; j++) {
-                float x = srow[j] * d->scale;
-                if (d->softcap > 0.0f)
-                    x = d->softcap * tanhf(x / d->softcap);
-                if (kb + j < lo[r] || kb + j > hi[r])
-                    x = -INFINITY;
-                srow[j] = x;
-                bmax = x > bmax ? x : bmax;
-            }
-            /* bmax is finite: the block intersects the row's visible range. */
-            float m_new = m[r] > bmax ? m[r] : bmax;
-            float alpha = expf(m[r] - m_new); /* 0 when m[r] is -inf */
-            float *ar = acc + (size_t)r * Dv;
-            l[r] *= alpha;
-            for (int32_t j = 0; j < nb; j++) {
-                float p = srow[j] == -INFINITY ? 0.0f : expf(srow[j] - m_new);
-                l[r] += p;
-                srow[j] = p;
-            }
-            if (d->drop_p > 0.0f) /* SPEC 1.2: l summed the undropped p */
-                drop_row(d, h, q_begin + it->row0 + r, k_begin + kb, srow, nb);
-            for (int32_t c0 = 0; c0 < Dv; c0 += CPU_VEC) {
-                float a[CPU_VEC];
-                for (int jj = 0; jj < CPU_VEC; jj++)
-                    a[jj] = ar[c0 + jj] * alpha;
-                for (int32_t j = 0; j < nb; j++) {
-                    const float p = srow[j];
-                    const float *vj = vf + (size_t)j * Dv + c0;
-                    for (int jj = 0; jj < CPU_VEC; jj++)
-                        a[jj] += p * vj[jj];
-                }
-                memcpy(ar + c0, a, sizeof a);
-            }
-            m[r] = m_new;
-        }
-    }
-
-    store_tile(job, h, q_begin + it->row0, rows, acc, m, l);
+    memset(tl.acc, 0, sizeof(float) * (size_t)CPU_ROWS * Dv);
+    for (int64_t kb = kmin; kb <= kmax; kb += CV_ATTN_BN)
+        fwd_block(job, &fr, kb, (int32_t)CV_MIN((int64_t)CV_ATTN_BN, kmax + 1 - kb), &tl);
+    store_rows(job, &fr, tl.acc);
 }
 
 static void fwd_range(void *arg, int64_t begin, int64_t end)
 {
     fwd_job *job = arg;
     int slot = claim_scratch(job);
-    const int32_t hq = job->d->heads_q;
     for (int64_t w = begin; w < end; w++)
-        fwd_tile(job, &job->tiles[w / hq], (int32_t)(w % hq), job->scratch[slot]);
+        fwd_item(job, w, job->scratch[slot]);
     atomic_store(&job->busy[slot], 0);
 }
 
-/* The tiles (sequence, first query row), last tile first, then the pool over
- * (tile, head) items with one scratch area per worker. */
-static clvarlen_status fwd_run(clvarlen_context *ctx, const cv_attn_desc *d, const void *q,
-                               const void *k, const void *v, const int32_t *cu_q,
-                               const int32_t *cu_k, const int32_t *q_pos, void *o, float *lse,
-                               int64_t n_tiles)
+/* The blocks (sequence, first query row), last block first, then the pool
+ * over (block, KV head, head chunk) items with one scratch area per worker. */
+static clvarlen_status fwd_run(clvarlen_context *ctx, fwd_job *job, int64_t n_tiles)
 {
     static const char fn[] = "clvarlen_attention_forward";
+    const cv_attn_desc *d = job->d;
     int n_scratch = cv_pool_size(cv_base(ctx)->pool);
     if (n_scratch < 1)
         n_scratch = 1;
-    size_t floats = (size_t)CPU_BLOCK_M * d->head_dim + (size_t)d->head_dim * CPU_BLOCK_N +
-                    (size_t)CPU_BLOCK_N * d->head_dim_v + CPU_BLOCK_N +
-                    (size_t)CPU_BLOCK_M * d->head_dim_v + 2 * CPU_BLOCK_M;
+    size_t floats = (size_t)CPU_ROWS * d->head_dim_v + (size_t)CPU_ROWS * d->head_dim +
+                    (size_t)d->head_dim * CV_ATTN_BN + (size_t)CV_ATTN_BN * d->head_dim_v +
+                    (size_t)CPU_ROWS * CV_ATTN_BN;
     tile_item *tiles = malloc(sizeof *tiles * (size_t)n_tiles);
     float **scratch = calloc((size_t)n_scratch, sizeof *scratch);
     atomic_int *busy = calloc((size_t)n_scratch, sizeof *busy);
@@ -235,11 +217,10 @@ static clvarlen_status fwd_run(clvarlen_context *ctx, const cv_attn_desc *d, con
     }
     int64_t t = 0;
     for (int64_t s = 0; s < d->n_seqs; s++) {
-        int64_t lq = (int64_t)cu_q[s + 1] - cu_q[s];
-        /* Last tile first: under causal masking it sees the most keys, and
+        int64_t lq = (int64_t)job->cu_q[s + 1] - job->cu_q[s], bm = job->block_m;
+        /* Last block first: under causal masking it sees the most keys, and
          * starting long items early balances the pool. */
-        for (int64_t r0 = ((lq + CPU_BLOCK_M - 1) / CPU_BLOCK_M - 1) * CPU_BLOCK_M; r0 >= 0;
-             r0 -= CPU_BLOCK_M) {
+        for (int64_t r0 = ((lq + bm - 1) / bm - 1) * bm; r0 >= 0; r0 -= bm) {
             tiles[t].seq = (int32_t)s;
             tiles[t].row0 = (int32_t)r0;
             t++;
@@ -247,13 +228,11 @@ static clvarlen_status fwd_run(clvarlen_context *ctx, const cv_attn_desc *d, con
     }
     for (int i = 0; i < n_scratch; i++)
         atomic_init(&busy[i], 0);
-
-    fwd_job job = {
-        .d = d, .q = q, .k = k, .v = v, .cu_q = cu_q, .cu_k = cu_k, .q_pos = q_pos,
-        .o = o, .lse = lse, .tiles = tiles, .scratch = scratch, .busy = busy,
-        .n_scratch = n_scratch,
-    };
-    cv_pool_for(cv_base(ctx)->pool, n_tiles * d->heads_q, 1, fwd_range, &job);
+    job->tiles = tiles;
+    job->scratch = scratch;
+    job->busy = busy;
+    job->n_scratch = n_scratch;
+    cv_pool_for(cv_base(ctx)->pool, n_tiles * d->heads_kv * job->chunks, 1, fwd_range, job);
 
 done:
     if (scratch) {
@@ -271,12 +250,20 @@ clvarlen_status cv_cpu_attention_forward(clvarlen_context *ctx, const cv_attn_de
                                          const int32_t *cu_q, const int32_t *cu_k,
                                          const int32_t *q_pos, void *o, float *lse)
 {
+    const int32_t group = d->heads_q / d->heads_kv;
+    fwd_job job = {
+        .d = d, .kern = cv_cpu_attn_kern(), .q = q, .k = k, .v = v, .cu_q = cu_q, .cu_k = cu_k,
+        .q_pos = q_pos, .o = o, .lse = lse,
+    };
+    job.stack = CV_MIN(group, CPU_MAX_STACK);
+    job.block_m = CPU_ROWS / job.stack;
+    job.chunks = (group + job.stack - 1) / job.stack;
     int64_t n_tiles = 0;
     for (int64_t s = 0; s < d->n_seqs; s++)
-        n_tiles += ((int64_t)cu_q[s + 1] - cu_q[s] + CPU_BLOCK_M - 1) / CPU_BLOCK_M;
+        n_tiles += ((int64_t)cu_q[s + 1] - cu_q[s] + job.block_m - 1) / job.block_m;
     if (n_tiles == 0)
         return CLVARLEN_SUCCESS;
-    return fwd_run(ctx, d, q, k, v, cu_q, cu_k, q_pos, o, lse, n_tiles);
+    return fwd_run(ctx, &job, n_tiles);
 }
 
 /* ------------------------------------------------------------ merge */

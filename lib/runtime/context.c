@@ -312,8 +312,9 @@ clvarlen_status clvarlen_context_create(const clvarlen_options *o, clvarlen_cont
         }
     }
 #endif
-    cv_log(ctx, CLVARLEN_LOG_INFO, "context on %s (%s); %d CPU threads", ctx->device.device_name,
-           reason, cv_pool_size(ctx->base.pool));
+    cv_log(ctx, CLVARLEN_LOG_INFO, "context on %s (%s); %d CPU threads, CPU kernels %s",
+           ctx->device.device_name, reason, cv_pool_size(ctx->base.pool),
+           cv_cpu_isa_name(cv_cpu_isa_level()));
     *out = ctx;
     return CLVARLEN_SUCCESS;
 }
