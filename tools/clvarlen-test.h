@@ -94,6 +94,9 @@ double ct_time_median_launch(clvarlen_context *dev, ct_run_fn fn, void *arg, int
 int ct_bench_iters(const ct_options *opt);
 /* 1 if the context runs on OpenCL (clvarlen_context_get_cl succeeds). */
 int ct_context_is_cl(clvarlen_context *ctx);
+/** FLOP/s of f32 multiply-add on the CPU fallback context's threads, at the
+ * instruction set its kernels use (*level_name says which); 0 on failure. */
+double ct_measure_cpu_fma(clvarlen_context *ctx, const char **level_name);
 
 /* Emits a benchmark result line (text or JSON per opt->json). */
 void ct_bench_report(const ct_options *opt, const char *op, const char *shape, double seconds,

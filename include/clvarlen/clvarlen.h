@@ -230,12 +230,15 @@ CLVARLEN_API clvarlen_status clvarlen_device_query_sized(int index, clvarlen_dev
 /**
  * The device a context would use for the selection string `spec` (NULL: the
  * CLVARLEN_DEVICE environment variable, else the default order: discrete GPU,
- * integrated GPU, accelerator, OpenCL CPU device, CPU fallback; Mesa's llvmpipe
- * only when named, as it silently cuts long loops short). *index is -1
+ * integrated GPU, accelerator, then the CPU fallback, which on a CPU is faster
+ * than an OpenCL CPU device and compiles nothing; OpenCL CPU devices such as
+ * PoCL serve only when named or through "opencl", Mesa's llvmpipe only when
+ * named, as it silently cuts long loops short). *index is -1
  * for the CPU fallback. `reason` (may be NULL) receives a sentence saying why.
  * A spec that matches nothing is CLVARLEN_ERROR_DEVICE_NOT_FOUND.
- * spec: "cpu" (the built-in fallback), a decimal index from clvarlen-test
- * list, or a case-insensitive substring of the platform name, platform vendor
+ * spec: "cpu" (the built-in fallback), "opencl" (the best OpenCL device:
+ * GPU, accelerator, then OpenCL CPU device; DEVICE_NOT_FOUND when there is
+ * none), a decimal index from clvarlen-test list, or a case-insensitive substring of the platform name, platform vendor
  * or device name ("pocl", "nvidia", "amd", "intel").
  */
 CLVARLEN_API clvarlen_status clvarlen_device_select(const char *spec, int *index, char *reason,

@@ -1,7 +1,8 @@
 /* The device layer: enumerate OpenCL platforms and devices, classify vendor
  * and kind, record capabilities, and choose a device from a selection string
- * or the default order (discrete GPU, integrated GPU, accelerator, OpenCL CPU
- * device, then the built-in CPU fallback). No OpenCL at all is not an error.
+ * or the default order (discrete GPU, integrated GPU, accelerator, then the
+ * built-in CPU fallback; OpenCL CPU devices such as PoCL and Mesa's llvmpipe
+ * only when named, or through "opencl"). No OpenCL at all is not an error.
  */
 #include "runtime/runtime.h"
 
@@ -390,6 +391,8 @@ static clvarlen_status select_from(const clvarlen_device_info *infos, size_t n, 
                      spec);
             return CLVARLEN_SUCCESS;
         }
+        if (strcasecmp(spec, "opencl") == 0)
+            goto choose; /* the order below, OpenCL CPU devices included */
         if (all_digits(spec)) {
             unsigned long i = strtoul(spec, NULL, 10);
             if (i >= n) {
@@ -422,25 +425,54 @@ static clvarlen_status select_from(const clvarlen_device_info *infos, size_t n, 
                  infos[best].device_name, kind_name(infos[best].kind));
         return CLVARLEN_SUCCESS;
     }
-    /* Mesa's llvmpipe (rusticl) is never a default: it silently ends a
-     * work-item's loops after 65535 iterations in all (docs/PORTABILITY.md), so
-     * long inputs could come out wrong. Named explicitly, it serves. */
-    int best = -1;
-    for (size_t i = 0; i < n; i++)
-        if (!cv_device_is_llvmpipe(&infos[i]) &&
-            (best < 0 || kind_rank(infos[i].kind) < kind_rank(infos[best].kind)))
+choose:;
+    /* "opencl": the best OpenCL device of any kind (OpenCL CPU devices included). */
+    bool any_cl = spec && strcasecmp(spec, "opencl") == 0;
+    /* The default takes GPUs and accelerators only: on a CPU the built-in
+     * fallback is several times faster than an OpenCL CPU device (PoCL) and
+     * compiles nothing (docs/PERFORMANCE.md). Mesa's llvmpipe (rusticl) is
+     * never chosen unless named: it silently ends a work-item's loops after
+     * 65535 iterations in all (docs/PORTABILITY.md). */
+    int best = -1, cpu_dev = -1;
+    for (size_t i = 0; i < n; i++) {
+        if (cv_device_is_llvmpipe(&infos[i]))
+            continue;
+        if (infos[i].kind == CLVARLEN_DEVICE_OPENCL_CPU && !any_cl) {
+            if (cpu_dev < 0)
+                cpu_dev = (int)i;
+            continue;
+        }
+        if (best < 0 || kind_rank(infos[i].kind) < kind_rank(infos[best].kind))
             best = (int)i;
+    }
+    if (best < 0 && any_cl) {
+        snprintf(reason, reason_size, "%s 'opencl': no OpenCL device other than Mesa's llvmpipe "
+                 "(%zu found; name it to use it)", source, n);
+        return CLVARLEN_ERROR_DEVICE_NOT_FOUND;
+    }
     if (best < 0) {
         *index = -1;
-        snprintf(reason, reason_size, "%s: the built-in CPU fallback serves",
-                 n ? "no OpenCL device but Mesa's llvmpipe, which serves only when named"
-                   : "no OpenCL device found");
+        if (cpu_dev >= 0)
+            snprintf(reason, reason_size,
+                     "no GPU or accelerator: the built-in CPU fallback serves (faster on a CPU "
+                     "than the OpenCL CPU device %s, which serves when named, e.g. "
+                     "CLVARLEN_DEVICE=opencl or %d)",
+                     infos[cpu_dev].device_name, cpu_dev);
+        else
+            snprintf(reason, reason_size, "%s: the built-in CPU fallback serves",
+                     n ? "no OpenCL device but Mesa's llvmpipe, which serves only when named"
+                       : "no OpenCL device found");
         return CLVARLEN_SUCCESS;
     }
     *index = best;
-    snprintf(reason, reason_size, "default order (discrete GPU, integrated GPU, accelerator, "
-                                  "OpenCL CPU, CPU fallback): first %s is %s",
-             kind_name(infos[best].kind), infos[best].device_name);
+    if (any_cl)
+        snprintf(reason, reason_size, "%s 'opencl': the best OpenCL device (GPU, accelerator, "
+                 "then OpenCL CPU) is %s (%s)", source, infos[best].device_name,
+                 kind_name(infos[best].kind));
+    else
+        snprintf(reason, reason_size, "default order (discrete GPU, integrated GPU, accelerator, "
+                 "CPU fallback): first %s is %s", kind_name(infos[best].kind),
+                 infos[best].device_name);
     return CLVARLEN_SUCCESS;
 }
 

@@ -39,8 +39,9 @@ class Context:
     """A clvarlen context: a device (an OpenCL device or the CPU fallback) and its state.
 
     ``device``: None (the CLVARLEN_DEVICE environment variable, else the best
-    device: discrete GPU, integrated GPU, accelerator, OpenCL CPU device, CPU
-    fallback), ``"cpu"`` (the built-in fallback), ``"pocl"``, a substring of a
+    device: discrete GPU, integrated GPU, accelerator, then the CPU fallback),
+    ``"cpu"`` (the built-in fallback), ``"opencl"`` (the best OpenCL device, OpenCL
+    CPU devices included), ``"pocl"``, a substring of a
     device or platform name, or an index from :func:`clvarlen.devices`.
     ``threads``: CPU worker threads (None: one per physical core).
     ``cache_dir``: the program-binary cache (``"off"`` disables it).

@@ -325,7 +325,9 @@ static int bench_one(clvarlen_context *ctx, const ct_options *opt, const bench_s
     const double fwd_flops = 4.0 * pairs * s->d * s->hq * (s->causal ? 0.5 : 1.0);
     const double bytes = (double)(4 * qn + 2 * kn) * (double)es + (double)(qn + 2 * kn) * es;
     char shape[160], name[96];
-    const char *ceiling = s->dtype == CLVARLEN_DTYPE_F32 && fma_rate > 0.0 ? "f32 FMA rate" : NULL;
+    /* The CPU fallback computes every dtype in f32: its ratio is to the f32 rate. */
+    const char *ceiling =
+        (s->dtype == CLVARLEN_DTYPE_F32 || !on_cl) && fma_rate > 0.0 ? "f32 FMA rate" : NULL;
     snprintf(shape, sizeof shape, "%s %d seqs %d tok H %d/%d D %d%s", clvarlen_dtype_name(s->dtype),
              (int)s->n_seqs, (int)s->total, (int)s->hq, (int)s->hk, (int)s->d,
              s->causal ? " causal" : "");
@@ -388,6 +390,10 @@ int bench_attention_bwd(clvarlen_context *dev, const ct_options *opt, double cop
     if (ct_context_is_cl(dev))
         fma_rate = ct_measure_fma(dev, opt);
 #endif
+    if (!ct_context_is_cl(dev)) {
+        const char *level = "";
+        fma_rate = ct_measure_cpu_fma(dev, &level);
+    }
     const bench_shape *list = gpu_like ? gpu : small;
     size_t n = gpu_like ? sizeof gpu / sizeof gpu[0] : sizeof small / sizeof small[0];
     if (opt->quick && !gpu_like)

@@ -613,7 +613,8 @@ static int bench_one(clvarlen_context *ctx, const ct_options *opt, const bench_s
              (int)s->hk, (int)s->d, s->causal ? " causal" : "", (double)s->total / t);
     double ratio = 0.0;
     const char *ceiling = NULL;
-    if (s->dtype == CLVARLEN_DTYPE_F32 && fma_rate > 0.0) {
+    /* The CPU fallback computes every dtype in f32: its ratio is to the f32 rate. */
+    if ((s->dtype == CLVARLEN_DTYPE_F32 || !on_cl) && fma_rate > 0.0) {
         ratio = flops / t / fma_rate;
         ceiling = "f32 FMA rate";
     }
@@ -668,6 +669,13 @@ int bench_attention(clvarlen_context *dev, const ct_options *opt, double copy_gb
                           fma_rate * 1e-9);
     }
 #endif
+    if (!ct_context_is_cl(dev)) {
+        const char *level = "";
+        fma_rate = ct_measure_cpu_fma(dev, &level);
+        if (fma_rate > 0.0)
+            ct_bench_note(opt, "f32 %s rate measured on %d CPU threads: %.1f GFLOP/s", level,
+                          clvarlen_context_threads(dev), fma_rate * 1e-9);
+    }
     const bench_shape *list = gpu_like ? gpu : small;
     size_t n = gpu_like ? sizeof gpu / sizeof gpu[0] : sizeof small / sizeof small[0];
     if (opt->quick && !gpu_like)
