@@ -3,13 +3,16 @@
  * a fixed order, whatever the thread count.
  *
  *   1. delta[h][t] = dot(do, o) per query row;
- *   2. dk, dv: one item per (sequence, key tile, KV head), looping over the
- *      query heads of its group and the query rows that see the tile;
- *   3. dq: one item per (sequence, query tile, query head), looping over the
- *      key tiles its rows see.
- * Both passes get P and dS of a (row, key tile) pair from row_grad(), so they
- * agree bit for bit. K and V tiles are stored transposed, so the score loops
- * run over contiguous keys and vectorise without reassociating a sum.
+ *   2. dk, dv: one item per (sequence, key block, KV head), looping over the
+ *      query heads of its group and the blocks of query rows that see it:
+ *      S = Q K^T and dP = dO V^T, then dV += (P Z)^T dO and dK += dS^T Q;
+ *   3. dq: one item per (sequence, query block, query head), looping over the
+ *      key blocks its rows see: dQ += dS K.
+ * The products run on the forward's microkernels (attention-isa.h, the best
+ * instruction set the CPU has). Each score and dP element is one lane's sum
+ * over the head dim in order, whatever block it falls in, so both passes get
+ * the same P and dS bit for bit; delta is summed the same way (kern->dot), so
+ * a row that sees one key gets dS = 0 exactly.
  */
 #include "cpu/attention.h"
 
@@ -18,8 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define BWD_BM 16 /* query rows per tile */
-#define BWD_BN 32 /* keys per tile */
+#include "cpu/attention-isa.h"
+
+#define BWD_B CV_ATTN_BN /* query rows and keys per block */
 
 typedef struct tile {
     int32_t seq, row0; /* row0: first query (dq pass) or key (dk/dv pass) of the tile */
@@ -27,6 +31,7 @@ typedef struct tile {
 
 typedef struct bwd_job {
     const cv_bwd_desc *bd;
+    const cv_attn_kern *kern;
     const char *q, *k, *v, *o, *dout;
     const float *lse;
     const int32_t *cu_q, *cu_k, *q_pos;
@@ -47,58 +52,60 @@ static int claim(bwd_job *job)
     }
 }
 
-/* The scratch of one item: transposed K and V tiles, K rows, a Q and a dO
- * row block, the accumulators and two rows of scores. */
+/* The f32 tiles of one item (all rows BWD_B long unless said). */
 typedef struct scratch {
-    float *kt, *vt, *krow; /* [D][BN], [Dv][BN], [BN][D] */
-    float *qt, *dot_;      /* [BM][D], [BM][Dv] */
-    float *acc_a, *acc_b;  /* dk [BN][D] and dv [BN][Dv], or dq [BM][D] */
-    float *pz, *ds;        /* [BN] */
+    float *kt, *vt;        /* [D][B], [Dv][B]: K and V transposed */
+    float *krow;           /* [B][D] (dq pass) */
+    float *qf, *dof;       /* [B][D], [B][Dv] */
+    float *sc, *dp, *tr;   /* [B][B]: S then P Z, dP then dS, a transposed one */
+    float *acc_a, *acc_b;  /* dk [B][D] and dv [B][Dv], or dq [B][D] */
+    float *z;              /* [B]: one row's dropout factors */
 } scratch;
 
 static size_t scratch_floats(const cv_attn_desc *d)
 {
     size_t D = (size_t)d->head_dim, Dv = (size_t)d->head_dim_v;
-    return (D + Dv + D) * BWD_BN + (size_t)BWD_BM * (D + Dv) + BWD_BN * (D + Dv) +
-           (size_t)BWD_BM * D + 2 * BWD_BN;
+    return (size_t)BWD_B * (4 * D + 3 * Dv + 3 * BWD_B + 1);
 }
 
 static scratch carve(const cv_attn_desc *d, float *f)
 {
-    size_t D = (size_t)d->head_dim, Dv = (size_t)d->head_dim_v;
+    size_t D = (size_t)d->head_dim, Dv = (size_t)d->head_dim_v, B = BWD_B;
     scratch s;
     s.kt = f;
-    s.vt = s.kt + D * BWD_BN;
-    s.krow = s.vt + Dv * BWD_BN;
-    s.qt = s.krow + BWD_BN * D;
-    s.dot_ = s.qt + (size_t)BWD_BM * D;
-    s.acc_a = s.dot_ + (size_t)BWD_BM * Dv;
-    s.acc_b = s.acc_a + (size_t)(BWD_BN > BWD_BM ? BWD_BN : BWD_BM) * D;
-    s.pz = s.acc_b + (size_t)BWD_BN * Dv;
-    s.ds = s.pz + BWD_BN;
+    s.vt = s.kt + D * B;
+    s.krow = s.vt + Dv * B;
+    s.qf = s.krow + B * D;
+    s.dof = s.qf + B * D;
+    s.sc = s.dof + B * Dv;
+    s.dp = s.sc + B * B;
+    s.tr = s.dp + B * B;
+    s.acc_a = s.tr + B * B;
+    s.acc_b = s.acc_a + B * D;
+    s.z = s.acc_b + B * Dv;
     return s;
 }
 
+static const float ones[BWD_B] = {
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+};
+
 /* Keys [kb, kb + nb) of a sequence starting at token k0, KV head kvh: kt and
- * vt transposed, zero-filled up to BN columns; krow as rows when wanted. */
+ * vt transposed (zero past nb); krow as rows when wanted. */
 static void load_keys(const bwd_job *job, int64_t k0, int64_t kb, int32_t nb, int32_t kvh,
                       scratch *s, bool rows)
 {
     const cv_attn_desc *d = &job->bd->a;
     const int32_t D = d->head_dim, Dv = d->head_dim_v;
-    for (int32_t j = 0; j < BWD_BN; j++) {
-        const int64_t tok = k0 + kb + j;
-        const int64_t ko = tok * d->k_stride + (int64_t)kvh * D;
-        const int64_t vo = tok * d->v_stride + (int64_t)kvh * Dv;
-        for (int32_t c = 0; c < D; c++) {
-            float x = j < nb ? cv_load_act(job->k, d->dtype, ko + c) : 0.0f;
-            s->kt[(size_t)c * BWD_BN + j] = x;
-            if (rows)
-                s->krow[(size_t)j * D + c] = x;
-        }
-        for (int32_t c = 0; c < Dv; c++)
-            s->vt[(size_t)c * BWD_BN + j] = j < nb ? cv_load_act(job->v, d->dtype, vo + c) : 0.0f;
-    }
+    const int64_t ko = (k0 + kb) * d->k_stride + (int64_t)kvh * D;
+    const int64_t vo = (k0 + kb) * d->v_stride + (int64_t)kvh * Dv;
+    job->kern->load_kt(job->k, d->dtype, ko, d->k_stride, nb, D, s->kt);
+    job->kern->load_kt(job->v, d->dtype, vo, d->v_stride, nb, Dv, s->vt);
+    if (rows)
+        for (int32_t j = 0; j < nb; j++)
+            job->kern->to_f32(job->k, d->dtype, ko + j * d->k_stride, D,
+                              s->krow + (size_t)j * D);
 }
 
 /* Query rows [r0, r0 + nr) of head h (sequence at token q0): q and do as f32. */
@@ -110,63 +117,54 @@ static void load_rows(const bwd_job *job, int64_t q0, int32_t r0, int32_t nr, in
     const int32_t D = d->head_dim, Dv = d->head_dim_v;
     for (int32_t r = 0; r < nr; r++) {
         const int64_t tok = q0 + r0 + r;
-        for (int32_t c = 0; c < D; c++)
-            s->qt[(size_t)r * D + c] =
-                cv_load_act(job->q, d->dtype, tok * d->q_stride + (int64_t)h * D + c);
-        for (int32_t c = 0; c < Dv; c++)
-            s->dot_[(size_t)r * Dv + c] =
-                cv_load_act(job->dout, d->dtype, tok * bd->do_stride + (int64_t)h * Dv + c);
+        job->kern->to_f32(job->q, d->dtype, tok * d->q_stride + (int64_t)h * D, D,
+                          s->qf + (size_t)r * D);
+        job->kern->to_f32(job->dout, d->dtype, tok * bd->do_stride + (int64_t)h * Dv, Dv,
+                          s->dof + (size_t)r * Dv);
     }
 }
 
-/* One query row against the key tile [kb, kb + nb) (loaded in s): pz[j] =
- * P Z (the dropped, scaled probability) and ds[j] = scale dX (SPEC 1.2), 0
- * for keys the row does not see. The row sees [lo, hi]. */
-static void row_grad(const bwd_job *job, const scratch *s, const float *qr, const float *dor,
-                     float lse, float delta, int64_t kb, int32_t nb, int64_t lo, int64_t hi,
-                     int32_t h, int64_t tok, int64_t k0, float *pz, float *ds)
-{
-    const cv_attn_desc *d = &job->bd->a;
-    const int32_t D = d->head_dim, Dv = d->head_dim_v;
-    float sc[BWD_BN] = {0}, dp[BWD_BN] = {0};
-    for (int32_t c = 0; c < D; c++) {
-        const float x = qr[c];
-        const float *kc = s->kt + (size_t)c * BWD_BN;
-        for (int32_t j = 0; j < BWD_BN; j++)
-            sc[j] += x * kc[j];
-    }
-    for (int32_t c = 0; c < Dv; c++) {
-        const float x = dor[c];
-        const float *vc = s->vt + (size_t)c * BWD_BN;
-        for (int32_t j = 0; j < BWD_BN; j++)
-            dp[j] += x * vc[j];
-    }
-    for (int32_t j = 0; j < BWD_BN; j++) {
-        const int64_t key = kb + j;
-        if (j >= nb || key < lo || key > hi) {
-            pz[j] = 0.0f;
-            ds[j] = 0.0f;
-            continue;
-        }
-        float x = sc[j] * d->scale, deriv = 1.0f;
-        if (d->softcap > 0.0f) {
-            float th = tanhf(x / d->softcap);
-            x = d->softcap * th;
-            deriv = 1.0f - th * th;
-        }
-        const float p = expf(x - lse);
-        const float z = d->drop_p > 0.0f ? cv_dropout_factor(d, h, tok, k0 + key) : 1.0f;
-        pz[j] = p * z;
-        ds[j] = p * (z * dp[j] - delta) * deriv * d->scale;
-    }
-}
-
-/* The visible keys of row i of a sequence (lq queries, lk keys; SPEC 1). */
-static void row_range(const bwd_job *job, int64_t q0, int64_t i, int64_t lq, int64_t lk,
-                      int64_t *lo, int64_t *hi)
+/* The visible keys of row i of a sequence (lq queries, lk keys; SPEC 1), as
+ * an empty range when its lse is not finite (the row saw nothing). */
+static void row_range(const bwd_job *job, int32_t h, int64_t q0, int64_t i, int64_t lq,
+                      int64_t lk, int64_t *lo, int64_t *hi)
 {
     int64_t pos = job->q_pos ? (int64_t)job->q_pos[q0 + i] : i + lk - lq;
     cv_attn_visible(&job->bd->a, pos, lk, lo, hi);
+    if (!isfinite(job->lse[(int64_t)h * job->bd->a.total_q + q0 + i]))
+        *lo = 1, *hi = 0;
+}
+
+/* S and dP of query rows [r0, r0 + nr) (loaded in s) against the key block
+ * [kb, kb + nb) (loaded in s), then P Z into s->sc and dS into s->dp; rows
+ * and keys a row does not see give 0. lo/hi: the rows' visible ranges. */
+static void block_grad(const bwd_job *job, scratch *s, int32_t h, int64_t q0, int64_t k0,
+                       int64_t r0, int32_t nr, int64_t kb, int32_t nb, const int64_t *lo,
+                       const int64_t *hi)
+{
+    const cv_attn_desc *d = &job->bd->a;
+    const cv_attn_kern *kern = job->kern;
+    kern->scores(s->qf, nr, d->head_dim, s->kt, s->sc);
+    kern->scores(s->dof, nr, d->head_dim_v, s->vt, s->dp);
+    for (int32_t r = 0; r < nr; r++) {
+        float *sr = s->sc + (size_t)r * BWD_B, *dr = s->dp + (size_t)r * BWD_B;
+        if (lo[r] > hi[r] || hi[r] < kb || lo[r] > kb + nb - 1) {
+            memset(sr, 0, sizeof(float) * BWD_B);
+            memset(dr, 0, sizeof(float) * BWD_B);
+            continue;
+        }
+        const int32_t jlo = (int32_t)CV_MAX(lo[r] - kb, (int64_t)0);
+        const int32_t jhi = (int32_t)CV_MIN(hi[r] - kb, (int64_t)nb - 1);
+        const int64_t tok = q0 + r0 + r;
+        const float *z = NULL;
+        if (d->drop_p > 0.0f) {
+            for (int32_t j = 0; j < BWD_B; j++)
+                s->z[j] = j >= jlo && j <= jhi ? cv_dropout_factor(d, h, tok, k0 + kb + j) : 1.0f;
+            z = s->z;
+        }
+        kern->bwd_row(sr, dr, z, d->scale, d->softcap, job->lse[(int64_t)h * d->total_q + tok],
+                      job->delta[(int64_t)h * d->total_q + tok], jlo, jhi);
+    }
 }
 
 static void store_rows(char *out, clvarlen_dtype dt, int64_t stride, int64_t tok0, int32_t head,
@@ -187,13 +185,12 @@ static void delta_range(void *arg, int64_t begin, int64_t end)
     const cv_bwd_desc *bd = job->bd;
     const cv_attn_desc *d = &bd->a;
     const int32_t Dv = d->head_dim_v;
+    float a[256], b[256]; /* Dv <= 256 (validated) */
     for (int64_t w = begin; w < end; w++) {
         const int64_t t = w / d->heads_q, h = w % d->heads_q;
-        float acc = 0.0f;
-        for (int32_t c = 0; c < Dv; c++)
-            acc += cv_load_act(job->dout, d->dtype, t * bd->do_stride + h * Dv + c) *
-                   cv_load_act(job->o, d->dtype, t * d->o_stride + h * Dv + c);
-        job->delta[h * d->total_q + t] = acc;
+        job->kern->to_f32(job->dout, d->dtype, t * bd->do_stride + h * Dv, Dv, a);
+        job->kern->to_f32(job->o, d->dtype, t * d->o_stride + h * Dv, Dv, b);
+        job->delta[h * d->total_q + t] = job->kern->dot(a, b, Dv);
     }
 }
 
@@ -203,50 +200,33 @@ static void dkdv_item(bwd_job *job, const tile *it, int32_t kvh, scratch *s)
 {
     const cv_bwd_desc *bd = job->bd;
     const cv_attn_desc *d = &bd->a;
+    const cv_attn_kern *kern = job->kern;
     const int32_t D = d->head_dim, Dv = d->head_dim_v, group = d->heads_q / d->heads_kv;
     const int64_t q0 = job->cu_q[it->seq], k0 = job->cu_k[it->seq];
     const int64_t lq = job->cu_q[it->seq + 1] - q0, lk = job->cu_k[it->seq + 1] - k0;
     const int64_t kb = it->row0;
-    const int32_t nb = (int32_t)CV_MIN((int64_t)BWD_BN, lk - kb);
-    memset(s->acc_a, 0, sizeof(float) * (size_t)BWD_BN * D);
-    memset(s->acc_b, 0, sizeof(float) * (size_t)BWD_BN * Dv);
+    const int32_t nb = (int32_t)CV_MIN((int64_t)BWD_B, lk - kb);
+    memset(s->acc_a, 0, sizeof(float) * (size_t)BWD_B * D);
+    memset(s->acc_b, 0, sizeof(float) * (size_t)BWD_B * Dv);
     load_keys(job, k0, kb, nb, kvh, s, false);
     for (int32_t hh = 0; hh < group; hh++) {
         const int32_t h = kvh * group + hh;
-        for (int64_t r0 = 0; r0 < lq; r0 += BWD_BM) {
-            const int32_t nr = (int32_t)CV_MIN((int64_t)BWD_BM, lq - r0);
-            int64_t lo[BWD_BM], hi[BWD_BM];
+        for (int64_t r0 = 0; r0 < lq; r0 += BWD_B) {
+            const int32_t nr = (int32_t)CV_MIN((int64_t)BWD_B, lq - r0);
+            int64_t lo[BWD_B], hi[BWD_B];
             bool any = false;
             for (int32_t r = 0; r < nr; r++) {
-                row_range(job, q0, r0 + r, lq, lk, &lo[r], &hi[r]);
-                float l = job->lse[(int64_t)h * d->total_q + q0 + r0 + r];
-                if (!isfinite(l) || hi[r] < kb || lo[r] > kb + nb - 1 || lo[r] > hi[r])
-                    lo[r] = 1, hi[r] = 0; /* sees nothing of the tile */
-                else
-                    any = true;
+                row_range(job, h, q0, r0 + r, lq, lk, &lo[r], &hi[r]);
+                any |= lo[r] <= hi[r] && hi[r] >= kb && lo[r] <= kb + nb - 1;
             }
             if (!any)
                 continue;
             load_rows(job, q0, (int32_t)r0, nr, h, s);
-            for (int32_t r = 0; r < nr; r++) {
-                if (lo[r] > hi[r])
-                    continue;
-                const int64_t tok = q0 + r0 + r;
-                const float *qr = s->qt + (size_t)r * D, *dor = s->dot_ + (size_t)r * Dv;
-                row_grad(job, s, qr, dor, job->lse[(int64_t)h * d->total_q + tok],
-                         job->delta[(int64_t)h * d->total_q + tok], kb, nb, lo[r], hi[r], h,
-                         tok, k0, s->pz, s->ds);
-                for (int32_t j = 0; j < nb; j++) {
-                    const float pz = s->pz[j], ds = s->ds[j];
-                    float *dvj = s->acc_b + (size_t)j * Dv, *dkj = s->acc_a + (size_t)j * D;
-                    if (pz != 0.0f)
-                        for (int32_t c = 0; c < Dv; c++)
-                            dvj[c] += pz * dor[c];
-                    if (ds != 0.0f)
-                        for (int32_t c = 0; c < D; c++)
-                            dkj[c] += ds * qr[c];
-                }
-            }
+            block_grad(job, s, h, q0, k0, r0, nr, kb, nb, lo, hi);
+            kern->transpose(s->sc, nr, s->tr); /* (P Z)^T */
+            kern->pv(s->tr, nb, nr, s->dof, Dv, s->acc_b, ones);
+            kern->transpose(s->dp, nr, s->tr); /* dS^T */
+            kern->pv(s->tr, nb, nr, s->qf, D, s->acc_a, ones);
         }
     }
     store_rows(job->dk, bd->grad_dtype, bd->dk_stride, k0 + kb, kvh, D, s->acc_a, nb);
@@ -270,43 +250,26 @@ static void dq_item(bwd_job *job, const tile *it, int32_t h, scratch *s)
 {
     const cv_bwd_desc *bd = job->bd;
     const cv_attn_desc *d = &bd->a;
-    const int32_t D = d->head_dim, Dv = d->head_dim_v, kvh = h / (d->heads_q / d->heads_kv);
+    const int32_t D = d->head_dim, kvh = h / (d->heads_q / d->heads_kv);
     const int64_t q0 = job->cu_q[it->seq], k0 = job->cu_k[it->seq];
     const int64_t lq = job->cu_q[it->seq + 1] - q0, lk = job->cu_k[it->seq + 1] - k0;
-    const int32_t r0 = it->row0, nr = (int32_t)CV_MIN((int64_t)BWD_BM, lq - r0);
-    int64_t lo[BWD_BM], hi[BWD_BM], kmin = INT64_MAX, kmax = -1;
+    const int32_t r0 = it->row0, nr = (int32_t)CV_MIN((int64_t)BWD_B, lq - r0);
+    int64_t lo[BWD_B], hi[BWD_B], kmin = INT64_MAX, kmax = -1;
     for (int32_t r = 0; r < nr; r++) {
-        row_range(job, q0, r0 + r, lq, lk, &lo[r], &hi[r]);
-        if (!isfinite(job->lse[(int64_t)h * d->total_q + q0 + r0 + r]))
-            lo[r] = 1, hi[r] = 0;
+        row_range(job, h, q0, r0 + r, lq, lk, &lo[r], &hi[r]);
         if (lo[r] <= hi[r]) {
             kmin = CV_MIN(kmin, lo[r]);
             kmax = CV_MAX(kmax, hi[r]);
         }
     }
-    memset(s->acc_a, 0, sizeof(float) * (size_t)BWD_BM * D);
-    load_rows(job, q0, r0, nr, h, s);
-    for (int64_t kb = kmin; kb <= kmax; kb += BWD_BN) {
-        const int32_t nb = (int32_t)CV_MIN((int64_t)BWD_BN, kmax + 1 - kb);
+    memset(s->acc_a, 0, sizeof(float) * (size_t)BWD_B * D);
+    if (kmax >= 0)
+        load_rows(job, q0, r0, nr, h, s);
+    for (int64_t kb = kmin; kb <= kmax; kb += BWD_B) {
+        const int32_t nb = (int32_t)CV_MIN((int64_t)BWD_B, kmax + 1 - kb);
         load_keys(job, k0, kb, nb, kvh, s, true);
-        for (int32_t r = 0; r < nr; r++) {
-            if (lo[r] > hi[r] || hi[r] < kb || lo[r] > kb + nb - 1)
-                continue;
-            const int64_t tok = q0 + r0 + r;
-            row_grad(job, s, s->qt + (size_t)r * D, s->dot_ + (size_t)r * Dv,
-                     job->lse[(int64_t)h * d->total_q + tok],
-                     job->delta[(int64_t)h * d->total_q + tok], kb, nb, lo[r], hi[r], h, tok, k0,
-                     s->pz, s->ds);
-            float *dqr = s->acc_a + (size_t)r * D;
-            for (int32_t j = 0; j < nb; j++) {
-                const float ds = s->ds[j];
-                if (ds == 0.0f)
-                    continue;
-                const float *kj = s->krow + (size_t)j * D;
-                for (int32_t c = 0; c < D; c++)
-                    dqr[c] += ds * kj[c];
-            }
-        }
+        block_grad(job, s, h, q0, k0, r0, nr, kb, nb, lo, hi);
+        job->kern->pv(s->dp, nr, nb, s->krow, D, s->acc_a, ones);
     }
     store_rows(job->dq, bd->grad_dtype, bd->dq_stride, q0 + r0, h, D, s->acc_a, nr);
 }
@@ -351,8 +314,8 @@ clvarlen_status cv_cpu_attention_backward(clvarlen_context *ctx, const cv_bwd_de
     static const char fn[] = "clvarlen_attention_backward";
     const cv_attn_desc *d = &bd->a;
     cv_pool *pool = cv_base(ctx)->pool;
-    const int64_t nq = make_tiles(cu_q, d->n_seqs, BWD_BM, NULL);
-    const int64_t nk = make_tiles(cu_k, d->n_seqs, BWD_BN, NULL);
+    const int64_t nq = make_tiles(cu_q, d->n_seqs, BWD_B, NULL);
+    const int64_t nk = make_tiles(cu_k, d->n_seqs, BWD_B, NULL);
     int n_scratch = cv_pool_size(pool);
     if (n_scratch < 1)
         n_scratch = 1;
@@ -372,14 +335,14 @@ clvarlen_status cv_cpu_attention_backward(clvarlen_context *ctx, const cv_bwd_de
     for (int i = 0; i < n_scratch; i++)
         atomic_init(&busy[i], 0);
     bwd_job job = {
-        .bd = bd, .q = q, .k = k, .v = v, .o = o, .dout = dout, .lse = lse,
+        .bd = bd, .kern = cv_cpu_attn_kern(), .q = q, .k = k, .v = v, .o = o, .dout = dout, .lse = lse,
         .cu_q = cu_q, .cu_k = cu_k, .q_pos = q_pos, .dq = dq, .dk = dk, .dv = dv,
         .delta = delta, .tiles = tiles, .scratch = scr, .busy = busy, .n_scratch = n_scratch,
     };
     cv_pool_for(pool, d->total_q * d->heads_q, 256, delta_range, &job);
-    make_tiles(cu_k, d->n_seqs, BWD_BN, tiles);
+    make_tiles(cu_k, d->n_seqs, BWD_B, tiles);
     cv_pool_for(pool, nk * d->heads_kv, 1, dkdv_range, &job);
-    make_tiles(cu_q, d->n_seqs, BWD_BM, tiles);
+    make_tiles(cu_q, d->n_seqs, BWD_B, tiles);
     cv_pool_for(pool, nq * d->heads_q, 1, dq_range, &job);
 done:
     if (scr)

@@ -33,6 +33,18 @@ typedef struct cv_attn_kern {
      * zero for nb <= j < CV_ATTN_BN. */
     void (*load_kt)(const void *k, clvarlen_dtype dt, int64_t off, int64_t stride, int32_t nb,
                     int32_t D, float *kt);
+    /** The backward's row (SPEC 1.2) over CV_ATTN_BN columns: s holds raw scores q.k, dp
+     * holds dO.v; columns outside [jlo, jhi] give 0 in both. With x = s scale (soft-capped
+     * when softcap > 0, deriv its derivative), p = exp(x - lse) and z = z[j] (1 when z is
+     * NULL): s = p z and dp = p (z dp - delta) deriv scale. */
+    void (*bwd_row)(float *s, float *dp, const float *z, float scale, float softcap, float lse,
+                    float delta, int32_t jlo, int32_t jhi);
+    /** dst[j][r] = src[r][j] for j < CV_ATTN_BN and r < CV_ATTN_BN (rows of src from `rows`
+     * on read as 0); both with rows of CV_ATTN_BN floats. */
+    void (*transpose)(const float *src, int32_t rows, float *dst);
+    /** sum_c a[c] b[c], c in order, each step rounded as the scores' lanes are (so that
+     * a row's delta equals its dP for a key whose v is the row's o). */
+    float (*dot)(const float *a, const float *b, int32_t n);
 } cv_attn_kern;
 
 /** The kernels for cv_cpu_isa_level(): the best instruction set this CPU has,

@@ -297,6 +297,58 @@ static void load_kt(const void *k, clvarlen_dtype dt, int64_t off, int64_t strid
         }
 }
 
+static void bwd_row(float *s, float *dp, const float *z, float scale, float softcap, float lse,
+                    float delta, int32_t jlo, int32_t jhi)
+{
+    float deriv[CV_ATTN_BN];
+    if (softcap > 0.0f) { /* tanh stays scalar: soft-capping is the rare case */
+        for (int32_t j = 0; j < CV_ATTN_BN; j++) {
+            float th = tanhf(s[j] * scale / softcap);
+            s[j] = softcap * th;
+            deriv[j] = (1.0f - th * th) * scale;
+        }
+    } else {
+        for (int32_t j = 0; j < CV_ATTN_BN; j += VW) {
+            st(s + j, ld(s + j) * splat(scale));
+            st(deriv + j, splat(scale));
+        }
+    }
+    vi lane;
+    for (int i = 0; i < VW; i++)
+        lane[i] = i;
+    for (int32_t j = 0; j < CV_ATTN_BN; j += VW) {
+        vi col = lane + j, in = (col >= jlo) & (col <= jhi);
+        vf p = sel(in, vexp(ld(s + j) - splat(lse)), splat(0.0f));
+        vf zz = z ? ld(z + j) : splat(1.0f);
+        vf ds = p * (zz * ld(dp + j) - splat(delta)) * ld(deriv + j);
+        st(s + j, p * zz);
+        st(dp + j, sel(in, ds, splat(0.0f)));
+    }
+}
+
+static void transpose_bn(const float *src, int32_t rows, float *dst)
+{
+    for (int32_t r0 = 0; r0 < CV_ATTN_BN; r0 += VW)
+        for (int32_t j0 = 0; j0 < CV_ATTN_BN; j0 += VW) {
+            vf a[VW];
+            for (int32_t i = 0; i < VW; i++)
+                a[i] = r0 + i < rows ? ld(src + (size_t)(r0 + i) * CV_ATTN_BN + j0) : (vf){0};
+            transpose(a);
+            for (int32_t i = 0; i < VW; i++)
+                st(dst + (size_t)(j0 + i) * CV_ATTN_BN + r0, a[i]);
+        }
+}
+
+static float dot(const float *a, const float *b, int32_t n)
+{
+    /* As one lane of scores_tile: acc += a b, in order (an FMA where the
+     * level has one: -ffp-contract=fast). */
+    float acc = 0.0f;
+    for (int32_t c = 0; c < n; c++)
+        acc += a[c] * b[c];
+    return acc;
+}
+
 const cv_attn_kern CV_KERN = {
     .name = CV_STR(CV_ISA),
     .scores = scores,
@@ -305,4 +357,7 @@ const cv_attn_kern CV_KERN = {
     .exp_sum = exp_sum,
     .to_f32 = to_f32,
     .load_kt = load_kt,
+    .bwd_row = bwd_row,
+    .transpose = transpose_bn,
+    .dot = dot,
 };
