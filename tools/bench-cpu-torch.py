@@ -12,7 +12,11 @@ once per sequence (its CPU flash kernel; GQA by enable_gqa, or by repeating
 K/V heads where that keyword is missing). Lengths come from clvarlen's
 gen_seq_lens. Each side's output is compared with the other's (relative L2).
 FLOPs are counted as tools/ops/attention.c does: 4 * sum(L^2) * D * Hq,
-halved for causal. The time is the median of --runs runs after one warm-up.
+halved for causal. The gated delta rule prefill (bf16, H 16, HV 32, K = V = 128,
+q/k L2-normalised in the op, zero initial state) is compared with its chunked
+form written in PyTorch here (torch_gdn_chunked, chunk 64); row gather and
+scatter (4 KiB rows, a random permutation) with index_select and index_copy_
+(GB/s counts the bytes read and written). The time is the median of --runs runs after one warm-up.
 Prints one line per case and the ratio clvarlen / PyTorch (above 1: clvarlen
 faster).
 """
@@ -107,6 +111,145 @@ def run_case(ctx, case, runs, seed):
     return err
 
 
+# Gated delta rule prefill: H q/k heads, HV value heads, K = V = 128, bf16.
+GDN_CASES = [
+    # name, seqs, tokens
+    ("gdn-prefill-4x1k", 4, 1024),
+    ("gdn-prefill-16x4k", 16, 4096),
+]
+GDN_H, GDN_HV, GDN_K, GDN_V = 16, 32, 128, 128
+
+
+def torch_gdn_chunked(q, k, v, g, beta, cu, chunk=64):
+    """The chunked (WY / UT-transform) form of SPEC 3 in PyTorch, f32, one
+    sequence at a time with all its chunks batched (only the state's pass
+    over the chunks is a loop): q, k [T, HV, K] (heads already repeated,
+    L2-normalised), v [T, HV, V], g (log decay) and beta [T, HV]. Zero initial
+    state. Returns o [T, HV, V]."""
+    scale = q.shape[-1] ** -0.5
+    out = torch.empty_like(v)
+    incl = torch.ones(chunk, chunk, dtype=torch.bool).tril()
+    strict = torch.ones(chunk, chunk, dtype=torch.bool).tril(-1)
+    eye = torch.eye(chunk)
+    F = torch.nn.functional
+    for s in range(len(cu) - 1):
+        a, b = int(cu[s]), int(cu[s + 1])
+        L = b - a
+        if L == 0:
+            continue
+        pad = (-L) % chunk
+        # [C, HV, chunk, dim], contiguous per chunk; padded tokens have
+        # k = v = q = 0, beta = 0 and g = 0, so they change nothing.
+        def blocks(x):
+            x = F.pad(x[a:b], (0, 0, 0, 0, 0, pad))
+            return x.reshape(-1, chunk, x.shape[1], x.shape[2]).transpose(1, 2).contiguous()
+        qc, kc, vc = blocks(q) * scale, blocks(k), blocks(v)
+        gc = blocks(g[..., None])[..., 0].cumsum(-1)  # [C, HV, chunk]
+        bc = blocks(beta[..., None])
+        ratio = (gc[..., :, None] - gc[..., None, :]).masked_fill(~incl, float("-inf")).exp()
+        # T = (I + A)^-1 with A = strictly-lower(beta K K^T * ratio), by forward
+        # substitution a row at a time: row i of -A T's lower part.
+        A = -((bc * kc) @ kc.transpose(-1, -2) * ratio).masked_fill(~strict, 0)
+        for i in range(1, chunk):
+            A[..., i, :i] = A[..., i, :i] + (A[..., i, :i, None] * A[..., :i, :i]).sum(-2)
+        T = A + eye
+        u = T @ (bc * vc)
+        w = T @ (bc * kc * gc.exp()[..., None])
+        attn = (qc @ kc.transpose(-1, -2) * ratio).masked_fill(~incl, 0)
+        qg = qc * gc.exp()[..., None]
+        kgt = (kc * (gc[..., -1:] - gc).exp()[..., None]).transpose(-1, -2).contiguous()
+        glast = gc[..., -1].exp()[..., None, None]
+        S = q.new_zeros(v.shape[1], q.shape[-1], v.shape[-1])  # [HV, K, V]
+        o = torch.empty_like(vc)
+        for c in range(qc.shape[0]):
+            vnew = u[c] - w[c] @ S
+            o[c] = qg[c] @ S + attn[c] @ vnew
+            S = S * glast[c] + kgt[c] @ vnew
+        out[a:b] = o.transpose(1, 2).reshape(-1, o.shape[1], o.shape[-1])[:L]
+    return out
+
+
+def run_gdn(ctx, case, runs, seed):
+    name, seqs, tokens = case
+    lens = clvarlen.gen_seq_lens(seed, 1, seqs, tokens)[0]
+    cu = np.zeros(seqs + 1, dtype=np.int32)
+    cu[1:] = np.cumsum(lens)
+    gen = torch.Generator().manual_seed(seed)
+    H, HV, K, V = GDN_H, GDN_HV, GDN_K, GDN_V
+    q = torch.randn(tokens, H, K, generator=gen).to(torch.bfloat16)
+    k = torch.randn(tokens, H, K, generator=gen).to(torch.bfloat16)
+    v = torch.randn(tokens, HV, V, generator=gen).to(torch.bfloat16)
+    a = torch.randn(tokens, HV, generator=gen).to(torch.bfloat16)
+    bb = torch.randn(tokens, HV, generator=gen).to(torch.bfloat16)
+    A_log = torch.rand(HV, generator=gen) * 2 - 1
+    dt_bias = torch.rand(HV, generator=gen) * 2 - 1
+    state = torch.zeros(seqs, HV, V, K)
+    out = torch.empty(tokens, HV, V, dtype=torch.bfloat16)
+    cu_t = torch.from_numpy(cu)
+
+    def cv():
+        state.zero_()
+        ctx.gated_delta_rule(q, k, v, a, bb, A_log, dt_bias, cu_t, state_pool=state,
+                             use_qk_l2norm=True, out=out)
+
+    ref = {}
+
+    def th():
+        rep = HV // H
+        qf = torch.nn.functional.normalize(q.float(), dim=-1, eps=1e-6).repeat_interleave(rep, 1)
+        kf = torch.nn.functional.normalize(k.float(), dim=-1, eps=1e-6).repeat_interleave(rep, 1)
+        g = -A_log.exp() * torch.nn.functional.softplus(a.float() + dt_bias)
+        beta = torch.sigmoid(bb.float())
+        ref["o"] = torch_gdn_chunked(qf, kf, v.float(), g, beta, cu).to(torch.bfloat16)
+
+    t_cv = timed(cv, runs)
+    t_th = timed(th, runs)
+    err = rel_l2(out, ref["o"])
+    tok_cv, tok_th = tokens / t_cv, tokens / t_th
+    print(f"{name:24s} clvarlen {t_cv * 1e3:9.2f} ms {tok_cv / 1e3:7.1f} ktok/s   "
+          f"torch     {t_th * 1e3:9.2f} ms {tok_th / 1e3:7.1f} ktok/s   ratio {tok_cv / tok_th:5.2f}x   "
+          f"rel_l2 {err:.1e}", flush=True)
+    return err
+
+
+# Row gather / scatter: 4 KiB rows (1024 f32), a random permutation of the rows.
+ROW_CASES = [
+    # name, rows
+    ("gather-4k-rows", 65536),
+    ("scatter-4k-rows", 65536),
+]
+
+
+def run_rows(ctx, case, runs, seed):
+    name, rows = case
+    gen = torch.Generator().manual_seed(seed)
+    src = torch.randn(rows, 1024, generator=gen)
+    idx = torch.randperm(rows, generator=gen).to(torch.int32)
+    idx64 = idx.to(torch.int64)
+    out_cv = torch.empty_like(src)
+    out_th = torch.empty_like(src)
+    if name.startswith("gather"):
+        def cv():
+            ctx.gather_rows(src, idx, out=out_cv)
+
+        def th():
+            torch.index_select(src, 0, idx64, out=out_th)
+    else:
+        def cv():
+            ctx.scatter_rows(src, idx, out_cv, unique_indices=True)
+
+        def th():
+            out_th.index_copy_(0, idx64, src)
+    t_cv = timed(cv, runs)
+    t_th = timed(th, runs)
+    err = rel_l2(out_cv, out_th)
+    gb = 2.0 * src.numel() * 4 * 1e-9
+    print(f"{name:24s} clvarlen {t_cv * 1e3:9.2f} ms {gb / t_cv:7.1f} GB/s     "
+          f"torch     {t_th * 1e3:9.2f} ms {gb / t_th:7.1f} GB/s     ratio {t_th / t_cv:5.2f}x   "
+          f"rel_l2 {err:.1e}", flush=True)
+    return err
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
@@ -125,6 +268,14 @@ def main():
                 if not run_case(ctx, case, args.runs, args.seed) <= tol:
                     print(f"  {case[0]}: outputs differ beyond {tol}", file=sys.stderr)
                     bad += 1
+        for case in ROW_CASES:
+            if args.case in case[0] and not run_rows(ctx, case, args.runs, args.seed) == 0.0:
+                print(f"  {case[0]}: outputs differ", file=sys.stderr)
+                bad += 1
+        for case in GDN_CASES:
+            if args.case in case[0] and not run_gdn(ctx, case, args.runs, args.seed) <= 2e-2:
+                print(f"  {case[0]}: outputs differ beyond 2e-2", file=sys.stderr)
+                bad += 1
     return 1 if bad else 0
 
 
