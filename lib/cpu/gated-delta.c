@@ -1,8 +1,11 @@
 /* The gated delta rule (SPEC 3) on the CPU fallback: the token recurrence,
  * parallel over (sequence, value head) pairs. Each pair keeps its state in
- * f32 in a scratch block, in the pool's layout: [K][V] states are updated
- * along V, [V][K] states by dot products along K. */
+ * f32 in a scratch block, in the pool's layout ([K][V] or [V][K]); the
+ * per-token update is the microkernel of gated-delta-isa.h (the best
+ * instruction set the CPU has, picked at run time). */
 #include "cpu/gated-delta.h"
+
+#include "cpu/gated-delta-isa.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -10,6 +13,7 @@
 
 typedef struct gdn_job {
     const cv_gdn_problem *p;
+    const cv_gdn_kern *kern;
     float *scratch;      /* n_blocks blocks of block_floats */
     size_t block_floats;
     int64_t n_blocks;
@@ -46,139 +50,9 @@ static float softplus(const cv_gdn_problem *p, float x)
     return bx <= p->sp_threshold ? log1pf(expf(bx)) / p->sp_beta : x;
 }
 
-/* The two passes over the state, blocked by 8 columns so each column block's
- * accumulator stays in a register. GCC/Clang vector types give SIMD code at
- * -O2 (which does not vectorise loops of runtime length); every element sees
- * the same operations in the same order as the scalar tail, so the result
- * does not depend on V's remainder. */
-#if defined(__GNUC__)
-typedef float gdn_v8 __attribute__((vector_size(32)));
-/* macros, not functions: 32-byte vectors must not cross a call without AVX */
-#define LD8(v, p) memcpy(&(v), (p), sizeof(gdn_v8))
-#define ST8(p, v) memcpy((p), &(v), sizeof(gdn_v8))
-#endif
-
-/* S <- e^g S, then acc = S^T k. */
-static void decay_project(float *restrict S, const float *restrict kv, float *restrict acc,
-                          int64_t K, int64_t V, float eg)
-{
-    int64_t j = 0;
-#if defined(__GNUC__)
-    for (; j + 8 <= V; j += 8) {
-        gdn_v8 a = {0, 0, 0, 0, 0, 0, 0, 0};
-        for (int64_t i = 0; i < K; i++) {
-            gdn_v8 r;
-            LD8(r, S + i * V + j);
-            r *= eg;
-            ST8(S + i * V + j, r);
-            a += r * kv[i];
-        }
-        ST8(acc + j, a);
-    }
-#endif
-    for (; j < V; j++) {
-        float a = 0.0f;
-        for (int64_t i = 0; i < K; i++) {
-            float r = S[i * V + j] * eg;
-            S[i * V + j] = r;
-            a += r * kv[i];
-        }
-        acc[j] = a;
-    }
-}
-
-/* S <- S + k u^T, then o = S^T q. */
-static void update_output(float *restrict S, const float *restrict kv, const float *restrict qv,
-                          const float *restrict u, float *restrict ov, int64_t K, int64_t V)
-{
-    int64_t j = 0;
-#if defined(__GNUC__)
-    for (; j + 8 <= V; j += 8) {
-        gdn_v8 uj, o = {0, 0, 0, 0, 0, 0, 0, 0};
-        LD8(uj, u + j);
-        for (int64_t i = 0; i < K; i++) {
-            gdn_v8 r;
-            LD8(r, S + i * V + j);
-            r += kv[i] * uj;
-            ST8(S + i * V + j, r);
-            o += r * qv[i];
-        }
-        ST8(ov + j, o);
-    }
-#endif
-    for (; j < V; j++) {
-        float o = 0.0f;
-        for (int64_t i = 0; i < K; i++) {
-            float r = S[i * V + j] + kv[i] * u[j];
-            S[i * V + j] = r;
-            o += r * qv[i];
-        }
-        ov[j] = o;
-    }
-}
-
-/* The same two passes on a [V][K] state: dot products along rows of K. */
-static void decay_project_vk(float *restrict S, const float *restrict kv, float *restrict acc,
-                             int64_t K, int64_t V, float eg)
-{
-    for (int64_t j = 0; j < V; j++) {
-        float *restrict row = S + j * K;
-        float a = 0.0f;
-        int64_t i = 0;
-#if defined(__GNUC__)
-        gdn_v8 a8 = {0, 0, 0, 0, 0, 0, 0, 0};
-        for (; i + 8 <= K; i += 8) {
-            gdn_v8 r, k8;
-            LD8(r, row + i);
-            LD8(k8, kv + i);
-            r *= eg;
-            ST8(row + i, r);
-            a8 += r * k8;
-        }
-        for (int l = 0; l < 8; l++)
-            a += a8[l];
-#endif
-        for (; i < K; i++) {
-            row[i] *= eg;
-            a += row[i] * kv[i];
-        }
-        acc[j] = a;
-    }
-}
-
-static void update_output_vk(float *restrict S, const float *restrict kv,
-                             const float *restrict qv, const float *restrict u,
-                             float *restrict ov, int64_t K, int64_t V)
-{
-    for (int64_t j = 0; j < V; j++) {
-        float *restrict row = S + j * K;
-        const float uj = u[j];
-        float o = 0.0f;
-        int64_t i = 0;
-#if defined(__GNUC__)
-        gdn_v8 o8 = {0, 0, 0, 0, 0, 0, 0, 0};
-        for (; i + 8 <= K; i += 8) {
-            gdn_v8 r, k8, q8;
-            LD8(r, row + i);
-            LD8(k8, kv + i);
-            LD8(q8, qv + i);
-            r += k8 * uj;
-            ST8(row + i, r);
-            o8 += r * q8;
-        }
-        for (int l = 0; l < 8; l++)
-            o += o8[l];
-#endif
-        for (; i < K; i++) {
-            row[i] += kv[i] * uj;
-            o += row[i] * qv[i];
-        }
-        ov[j] = o;
-    }
-}
-
 /* One (sequence, value head) pair through all its tokens. */
-static void run_item(const cv_gdn_problem *p, int64_t item, float *block)
+static void run_item(const cv_gdn_problem *p, const cv_gdn_kern *kern, int64_t item,
+                     float *block)
 {
     const int64_t HV = p->HV, K = p->K, V = p->V;
     const int64_t n = item / HV, h = item % HV;
@@ -188,7 +62,7 @@ static void run_item(const cv_gdn_problem *p, int64_t item, float *block)
     if (eos <= bos)
         return; /* an empty sequence leaves its slot as it was */
 
-    float *S = block, *qv = S + K * V, *kv = qv + K, *vv = kv + K, *acc = vv + V, *ov = acc + V;
+    float *S = block, *qv = S + K * V, *kv = qv + K, *vv = kv + K, *ov = vv + V;
 
     int64_t slot = -1;
     if (p->state_pool) {
@@ -240,16 +114,7 @@ static void run_item(const cv_gdn_problem *p, int64_t item, float *block)
             kv[i] *= rk;
         }
 
-        if (p->state_kv)
-            decay_project(S, kv, acc, K, V, eg);
-        else
-            decay_project_vk(S, kv, acc, K, V, eg);
-        for (int64_t j = 0; j < V; j++)
-            acc[j] = beta * (vv[j] - acc[j]); /* u */
-        if (p->state_kv)
-            update_output(S, kv, qv, acc, ov, K, V);
-        else
-            update_output_vk(S, kv, qv, acc, ov, K, V);
+        kern->token(S, kv, qv, vv, beta, eg, ov, K, V, p->state_kv);
         for (int64_t j = 0; j < V; j++)
             cv_store_act(p->o, p->dtype, t * p->o_stride + h * V + j, ov[j]);
 
@@ -270,7 +135,7 @@ static void run_blocks(void *arg, int64_t begin, int64_t end)
     for (int64_t b = begin; b < end; b++) {
         float *block = job->scratch + (size_t)b * job->block_floats;
         for (int64_t item = b; item < job->n_items; item += job->n_blocks)
-            run_item(job->p, item, block);
+            run_item(job->p, job->kern, item, block);
     }
 }
 
@@ -283,9 +148,10 @@ clvarlen_status cv_cpu_gated_delta_rule(cv_pool *pool, const cv_gdn_problem *p)
     int64_t n_blocks = CV_MIN(n_items, (int64_t)threads * 4);
     gdn_job job;
     job.p = p;
+    job.kern = cv_cpu_gdn_kern();
     job.n_items = n_items;
     job.n_blocks = n_blocks;
-    /* state, then q, k, v, u, o vectors; rounded to a cache line */
+    /* state, then q, k, v, o vectors (one V spare); rounded to a cache line */
     job.block_floats = ((size_t)p->K * (size_t)p->V + 2 * (size_t)p->K + 3 * (size_t)p->V + 15) &
                        ~(size_t)15;
     /* All scratch is allocated before any output is written. */
