@@ -16,7 +16,9 @@ halved for causal. The gated delta rule prefill (bf16, H 16, HV 32, K = V = 128,
 q/k L2-normalised in the op, zero initial state) is compared with its chunked
 form written in PyTorch here (torch_gdn_chunked, chunk 64); row gather and
 scatter (4 KiB rows, a random permutation) with index_select and index_copy_
-(GB/s counts the bytes read and written). The time is the median of --runs runs after one warm-up.
+(GB/s counts the bytes read and written); gated delta decode (one token of N
+sequences, f32 state [N, HV, V, K] in place) against the same step vectorised
+over sequences and heads in PyTorch (GB/s: the state read and written). The time is the median of --runs runs after one warm-up.
 Prints one line per case and the ratio clvarlen / PyTorch (above 1: clvarlen
 faster).
 """
@@ -212,6 +214,52 @@ def run_gdn(ctx, case, runs, seed):
     return err
 
 
+def run_gdn_decode(ctx, n, runs, seed):
+    """One token for each of n sequences, f32 state pool [n, HV, V, K] updated in
+    place; PyTorch: the same step vectorised over the sequences and heads."""
+    gen = torch.Generator().manual_seed(seed)
+    H, HV, K, V = GDN_H, GDN_HV, GDN_K, GDN_V
+    q = torch.randn(n, H, K, generator=gen).to(torch.bfloat16)
+    k = torch.randn(n, H, K, generator=gen).to(torch.bfloat16)
+    v = torch.randn(n, HV, V, generator=gen).to(torch.bfloat16)
+    a = torch.randn(n, HV, generator=gen).to(torch.bfloat16)
+    bb = torch.randn(n, HV, generator=gen).to(torch.bfloat16)
+    A_log = torch.rand(HV, generator=gen) * 2 - 1
+    dt_bias = torch.rand(HV, generator=gen) * 2 - 1
+    state0 = torch.randn(n, HV, V, K, generator=gen) * 0.1
+    st_cv, st_th = state0.clone(), state0.clone()
+    out = torch.empty(n, HV, V, dtype=torch.bfloat16)
+    cu = torch.arange(n + 1, dtype=torch.int32)
+    rep = HV // H
+    ref = {}
+
+    def cv():
+        ctx.gated_delta_rule(q, k, v, a, bb, A_log, dt_bias, cu, state_pool=st_cv,
+                             use_qk_l2norm=True, out=out)
+
+    def th():
+        qf = torch.nn.functional.normalize(q.float(), dim=-1, eps=1e-6).repeat_interleave(rep, 1)
+        kf = torch.nn.functional.normalize(k.float(), dim=-1, eps=1e-6).repeat_interleave(rep, 1)
+        g = (-A_log.exp() * torch.nn.functional.softplus(a.float() + dt_bias)).exp()
+        beta = torch.sigmoid(bb.float())
+        st_th.mul_(g[..., None, None])
+        u = beta[..., None] * (v.float() - (st_th @ kf[..., None])[..., 0])
+        st_th.add_(u[..., None] * kf[..., None, :])
+        ref["o"] = ((st_th @ qf[..., None])[..., 0] * K ** -0.5).to(torch.bfloat16)
+
+    cv()
+    th()
+    err = rel_l2(out, ref["o"])  # one step from the same state
+    t_cv = timed(cv, runs)
+    t_th = timed(th, runs)
+    gb = 2.0 * state0.numel() * 4 * 1e-9  # state read and written
+    name = f"gdn-decode-n{n}"
+    print(f"{name:24s} clvarlen {t_cv * 1e3:9.3f} ms {gb / t_cv:7.1f} GB/s     "
+          f"torch     {t_th * 1e3:9.3f} ms {gb / t_th:7.1f} GB/s     ratio {t_th / t_cv:5.2f}x   "
+          f"rel_l2 {err:.1e}", flush=True)
+    return err
+
+
 # Row gather / scatter: 4 KiB rows (1024 f32), a random permutation of the rows.
 ROW_CASES = [
     # name, rows
@@ -275,6 +323,11 @@ def main():
         for case in GDN_CASES:
             if args.case in case[0] and not run_gdn(ctx, case, args.runs, args.seed) <= 2e-2:
                 print(f"  {case[0]}: outputs differ beyond 2e-2", file=sys.stderr)
+                bad += 1
+        for n in (32, 256):
+            if args.case in f"gdn-decode-n{n}" and \
+                    not run_gdn_decode(ctx, n, args.runs, args.seed) <= 2e-2:
+                print(f"  gdn-decode-n{n}: outputs differ beyond 2e-2", file=sys.stderr)
                 bad += 1
     return 1 if bad else 0
 
