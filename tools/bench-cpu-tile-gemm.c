@@ -18,6 +18,7 @@
 #include "cpu/attention-isa.h"
 
 void openblas_set_num_threads(int num_threads);
+char *openblas_get_corename(void);
 
 #define B CV_ATTN_BN
 
@@ -105,7 +106,9 @@ int main(int argc, char **argv)
         t.alpha[i] = 1.0f;
     const double flops = 2.0 * B * B * D;
     const int reps = 20000;
-    printf("one thread, tiles 64 x 64, D = Dv = %d (GFLOP/s)\n", D);
+    printf("one thread, tiles 64 x 64, D = Dv = %d (GFLOP/s); OpenBLAS kernels: %s%s\n", D,
+           openblas_get_corename(),
+           getenv("OPENBLAS_CORETYPE") ? " (OPENBLAS_CORETYPE set)" : "");
     printf("%-22s %10s %10s\n", "", "S = Q K^T", "O += P V");
     printf("%-22s %10.1f %10.1f\n", "OpenBLAS cblas_sgemm", rate(blas_scores, &t, NULL, flops, reps),
            rate(blas_pv, &t, NULL, flops, reps));
