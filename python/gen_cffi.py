@@ -7,7 +7,7 @@ preprocessor of the build: every function, enum and struct of
 nothing written by hand. cffi's API mode then compiles the module against the
 same headers, so the C compiler checks every declaration and lays out every
 struct. A second output is a C program that prints each struct's size and
-field offsets as the compiler sees them; tests/python/test_layout.py compares
+field offsets as the compiler sees them; tests/python/test_binding.py (test_layout) compares
 it with what the module reports.
 
 usage: gen_cffi.py [--with-cl] --include DIR --out-c FILE --out-layout FILE -- CC...
