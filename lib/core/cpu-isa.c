@@ -13,6 +13,17 @@ static pthread_once_t level_once = PTHREAD_ONCE_INIT;
 
 static const char *const names[] = {"generic", "avx2", "avx512"};
 
+#if CLVARLEN_HAVE_X86_KERNELS
+#include <cpuid.h>
+/* F16C (CPUID leaf 1, ECX bit 29): clang's __builtin_cpu_supports does not
+ * know the name. */
+static bool has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1u);
+}
+#endif
+
 static void detect(void)
 {
     cv_cpu_isa want = CV_CPU_ISA_AVX512;
@@ -23,8 +34,7 @@ static void detect(void)
     cv_cpu_isa have = CV_CPU_ISA_GENERIC;
 #if CLVARLEN_HAVE_X86_KERNELS
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c")) {
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c()) {
         have = CV_CPU_ISA_AVX2;
         if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))

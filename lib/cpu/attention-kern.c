@@ -209,9 +209,7 @@ static float exp_sum(float *x, float m)
 }
 
 #if defined(__F16C__)
-/* F16C converts 8 halves per instruction (the avx2 and avx512 builds). */
-__extension__ typedef _Float16 cv_f16;
-typedef cv_f16 vfh __attribute__((vector_size(VW * 2)));
+#include <immintrin.h> /* F16C: 8 (AVX-512: 16) halves per instruction */
 #endif
 
 /* VW consecutive elements of an f32/f16/bf16 tensor as f32. */
@@ -223,10 +221,14 @@ static inline vf cvt(const void *src, clvarlen_dtype dt, int64_t off)
     memcpy(&h, (const uint16_t *)src + off, sizeof h);
     if (dt == CLVARLEN_DTYPE_BF16)
         return (vf)(__builtin_convertvector(h, vi) << 16);
-#if defined(__F16C__)
-    vfh f;
-    memcpy(&f, &h, sizeof f);
-    return __builtin_convertvector(f, vf);
+#if defined(__F16C__) && VW == 8
+    __m128i x;
+    memcpy(&x, &h, sizeof x);
+    return (vf)_mm256_cvtph_ps(x);
+#elif defined(__AVX512F__) && VW == 16
+    __m256i x;
+    memcpy(&x, &h, sizeof x);
+    return (vf)_mm512_cvtph_ps(x);
 #else
     vf r;
     for (int i = 0; i < VW; i++)
@@ -244,43 +246,43 @@ static void to_f32(const void *src, clvarlen_dtype dt, int64_t off, int32_t n, f
         dst[i] = cv_load_act(src, dt, off + i);
 }
 
-/* Shuffle masks of one transpose round: 2 x 2 swaps of b-lane blocks between
- * rows i and i + b. LO(b, p) picks lane p of the new row i, HI(b, p) of row
- * i + b, from the two old rows concatenated (lanes VW.. are row i + b's). */
+/* Shuffle indices of one transpose round: 2 x 2 swaps of b-lane blocks
+ * between rows i and i + b. LO(b, p) picks lane p of the new row i, HI(b, p)
+ * of row i + b, from the two old rows concatenated (lanes VW.. are row
+ * i + b's). __builtin_shufflevector (GCC 12, clang) takes them as constant
+ * arguments. */
 #define GB(b, p) ((p) & ~(2 * (b)-1))
 #define GO(b, p) ((p) & (2 * (b)-1))
 #define LO(b, p) (GO(b, p) < (b) ? GB(b, p) + GO(b, p) : VW + GB(b, p) + GO(b, p) - (b))
 #define HI(b, p) (GO(b, p) < (b) ? GB(b, p) + (b) + GO(b, p) : VW + GB(b, p) + GO(b, p))
 #define L4(F, b, o) F(b, o), F(b, o + 1), F(b, o + 2), F(b, o + 3)
 #if VW == 16
-#define MASK(F, b) {L4(F, b, 0), L4(F, b, 4), L4(F, b, 8), L4(F, b, 12)}
+#define LANES(F, b) L4(F, b, 0), L4(F, b, 4), L4(F, b, 8), L4(F, b, 12)
 #elif VW == 8
-#define MASK(F, b) {L4(F, b, 0), L4(F, b, 4)}
+#define LANES(F, b) L4(F, b, 0), L4(F, b, 4)
 #else
-#define MASK(F, b) {L4(F, b, 0)}
+#define LANES(F, b) L4(F, b, 0)
 #endif
 
-static inline void round_b(vf a[VW], int b, vi lo, vi hi)
-{
-    for (int i = 0; i < VW; i++)
-        if (!(i & b)) {
-            vf x = a[i], y = a[i + b];
-            a[i] = __builtin_shuffle(x, y, lo);
-            a[i + b] = __builtin_shuffle(x, y, hi);
+#define ROUND(a, b)                                                                        \
+    for (int i = 0; i < VW; i++)                                                           \
+        if (!(i & (b))) {                                                                  \
+            vf x = (a)[i], y = (a)[i + (b)];                                               \
+            (a)[i] = __builtin_shufflevector(x, y, LANES(LO, b));                          \
+            (a)[i + (b)] = __builtin_shufflevector(x, y, LANES(HI, b));                    \
         }
-}
 
 /* a[i] = column i of the VW x VW block whose rows were a[0..VW). */
 static inline void transpose(vf a[VW])
 {
 #if VW == 16
-    round_b(a, 8, (vi)MASK(LO, 8), (vi)MASK(HI, 8));
+    ROUND(a, 8)
 #endif
 #if VW >= 8
-    round_b(a, 4, (vi)MASK(LO, 4), (vi)MASK(HI, 4));
+    ROUND(a, 4)
 #endif
-    round_b(a, 2, (vi)MASK(LO, 2), (vi)MASK(HI, 2));
-    round_b(a, 1, (vi)MASK(LO, 1), (vi)MASK(HI, 1));
+    ROUND(a, 2)
+    ROUND(a, 1)
 }
 
 static void load_kt(const void *k, clvarlen_dtype dt, int64_t off, int64_t stride, int32_t nb,
