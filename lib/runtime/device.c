@@ -384,15 +384,15 @@ static clvarlen_status select_from(const clvarlen_device_info *infos, size_t n, 
         spec = getenv("CLVARLEN_DEVICE");
         source = "CLVARLEN_DEVICE";
     }
-    if (spec && *spec) {
+    /* "opencl": the best OpenCL device of any kind (OpenCL CPU devices included). */
+    const bool any_cl = spec && strcasecmp(spec, "opencl") == 0;
+    if (spec && *spec && !any_cl) {
         if (strcasecmp(spec, "cpu") == 0) {
             *index = -1;
             snprintf(reason, reason_size, "%s '%s' asks for the built-in CPU fallback", source,
                      spec);
             return CLVARLEN_SUCCESS;
         }
-        if (strcasecmp(spec, "opencl") == 0)
-            goto choose; /* the order below, OpenCL CPU devices included */
         if (all_digits(spec)) {
             unsigned long i = strtoul(spec, NULL, 10);
             if (i >= n) {
@@ -425,9 +425,6 @@ static clvarlen_status select_from(const clvarlen_device_info *infos, size_t n, 
                  infos[best].device_name, kind_name(infos[best].kind));
         return CLVARLEN_SUCCESS;
     }
-choose:;
-    /* "opencl": the best OpenCL device of any kind (OpenCL CPU devices included). */
-    bool any_cl = spec && strcasecmp(spec, "opencl") == 0;
     /* The default takes GPUs and accelerators only: on a CPU the built-in
      * fallback is several times faster than an OpenCL CPU device (PoCL) and
      * compiles nothing (docs/PERFORMANCE.md). Mesa's llvmpipe (rusticl) is
@@ -446,8 +443,11 @@ choose:;
             best = (int)i;
     }
     if (best < 0 && any_cl) {
-        snprintf(reason, reason_size, "%s 'opencl': no OpenCL device other than Mesa's llvmpipe "
-                 "(%zu found; name it to use it)", source, n);
+        if (n)
+            snprintf(reason, reason_size, "%s 'opencl': no OpenCL device but Mesa's llvmpipe, "
+                     "which serves only when named", source);
+        else
+            snprintf(reason, reason_size, "%s 'opencl': no OpenCL device found", source);
         return CLVARLEN_ERROR_DEVICE_NOT_FOUND;
     }
     if (best < 0) {
