@@ -12,42 +12,17 @@
 #include <math.h>
 #include <string.h>
 
-#define CV_CAT2(a, b) a##b
-#define CV_CAT(a, b) CV_CAT2(a, b)
-#define CV_KERN CV_CAT(cv_attn_kern_, CV_ISA)
-#define CV_STR2(x) #x
-#define CV_STR(x) CV_STR2(x)
+#include "core/cpu-vec.h"
 
-#ifndef CV_VW
-#define CV_VW 4
-#endif
-#define VW CV_VW
+#define CV_KERN CV_CAT(cv_attn_kern_, CV_ISA)
+
 /* Micro-tiles: MR rows x NV vectors of accumulators (16 registers on AVX-512,
  * 8 of the 16 on AVX2 and SSE2, leaving room for the operands). */
 #define MR 4
 #define NV (VW == 16 ? 4 : 2)
 #define NC (NV * VW)
 
-typedef float vf __attribute__((vector_size(VW * 4)));
-typedef int32_t vi __attribute__((vector_size(VW * 4)));
 typedef uint16_t vh __attribute__((vector_size(VW * 2)));
-
-static inline vf ld(const float *p)
-{
-    vf r;
-    memcpy(&r, p, sizeof r);
-    return r;
-}
-
-static inline void st(float *p, vf x)
-{
-    memcpy(p, &x, sizeof x);
-}
-
-static inline vf splat(float x)
-{
-    return (vf){0} + x;
-}
 
 /* nr (<= MR) rows x NC columns of s = q kt, from column c0 of kt. */
 static inline __attribute__((always_inline)) void scores_tile(const float *q, int32_t nr, int32_t D, const float *kt, float *s)

@@ -8,35 +8,10 @@
 
 #include <string.h>
 
-#define CV_CAT2(a, b) a##b
-#define CV_CAT(a, b) CV_CAT2(a, b)
+#include "core/cpu-vec.h"
+
 #define CV_KERN CV_CAT(cv_gdn_kern_, CV_ISA)
-#define CV_STR2(x) #x
-#define CV_STR(x) CV_STR2(x)
 
-#ifndef CV_VW
-#define CV_VW 4
-#endif
-#define VW CV_VW
-
-typedef float vf __attribute__((vector_size(VW * 4)));
-
-static inline vf ld(const float *p)
-{
-    vf r;
-    memcpy(&r, p, sizeof r);
-    return r;
-}
-
-static inline void st(float *p, vf x)
-{
-    memcpy(p, &x, sizeof x);
-}
-
-static inline vf splat(float x)
-{
-    return (vf){0} + x;
-}
 
 /* [K][V]: per block of VW value columns, the decay and S^T k down the block
  * (the block's K x VW floats then sit in L1), u, the update and S^T q. */
