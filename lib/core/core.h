@@ -156,10 +156,7 @@ bool cv_is_float_act(clvarlen_dtype dtype);
 /** The kernels' code for dtype (CV_DT_*), -1 where none. */
 int cv_dtype_kernel_code(clvarlen_dtype dtype);
 
-float cv_half_to_float(uint16_t h);
-uint16_t cv_float_to_half(float f);   /* round to nearest even */
-float cv_bf16_to_float(uint16_t b);
-uint16_t cv_float_to_bf16(float f);   /* round to nearest even, NaN kept quiet */
+#include "core/half.h"
 
 /** Element i of a float activation tensor as f32 (the CPU path's load; an
  * inline switch, since it sits in the inner loops). */
