@@ -1,5 +1,5 @@
 #!/bin/sh
-# check-exports.sh LIBRARY.so INCLUDE_DIR
+# check-exports.sh LIBRARY.so INCLUDE_DIR [HEADER...]
 #
 # The dynamic symbols the library defines must be exactly the functions the
 # public headers declare with CLVARLEN_API: nothing internal leaks out (the
@@ -10,12 +10,13 @@
 # SPDX-License-Identifier: MIT
 set -eu
 
-if [ $# -ne 2 ]; then
-    echo "usage: $0 LIBRARY.so INCLUDE_DIR" >&2
+if [ $# -lt 2 ]; then
+    echo "usage: $0 LIBRARY.so INCLUDE_DIR [HEADER...]" >&2
     exit 2
 fi
 lib=$1
 incdir=$2
+shift 2
 for tool in nm readelf perl; do
     if ! command -v "$tool" >/dev/null 2>&1; then
         echo "check-exports: $tool not found; skipping" >&2
@@ -30,7 +31,12 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 
 # Both headers in every configuration: a build without OpenCL exports the
 # clvarlen-cl.h entry points too (stubs returning CLVARLEN_ERROR_NO_OPENCL).
+# Another library names its own headers (libclvarlen-mpi: clvarlen-mpi.h).
 headers="$incdir/clvarlen.h $incdir/clvarlen-cl.h"
+if [ $# -gt 0 ]; then
+    headers=""
+    for h in "$@"; do headers="$headers $incdir/$h"; done
+fi
 
 # Declarations: comments and preprocessor lines removed, then every
 # "CLVARLEN_API <type> name(" gives name.

@@ -20,7 +20,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/check-symbols.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT INT TERM
 nm -D --defined-only "$lib" | awk '$3 ~ /^clvarlen_/ {sub(/@.*/, "", $3); print $3}' | sort -u \
     > "$tmp/exported"
-sed -n 's/^ \(clvarlen_[A-Za-z0-9_]*\)@CLVARLEN_0 .*/\1/p' "$symbols" | sort -u > "$tmp/listed"
+sed -n 's/^ \(clvarlen_[A-Za-z0-9_]*\)@CLVARLEN[A-Z0-9_]* .*/\1/p' "$symbols" | sort -u > "$tmp/listed"
 status=0
 missing=$(comm -23 "$tmp/listed" "$tmp/exported")
 extra=$(comm -13 "$tmp/listed" "$tmp/exported")

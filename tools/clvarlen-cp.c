@@ -287,238 +287,281 @@ static double rows_err(const void *mine, const void *whole, clvarlen_dtype dt, s
     return isnan(r) ? INFINITY : r;
 }
 
+/* ---- one run: the batch, its unsharded layer and this rank's shard */
+typedef struct run {
+    opts o;
+    clvarlen_context *ctx;
+    clvarlen_mpi_cp *cp;
+    int32_t *len, *cu, *gidx;
+    int64_t total, local;
+    size_t es, rq, rk;
+    layer w, l; /* the whole batch, this rank's shard */
+    double flops;
+} run;
+
+static clvarlen_context *open_context(const opts *o, clvarlen_device_info *info)
+{
+    char spec[256] = "";
+    if (o->device)
+        device_spec(o->device, spec, sizeof spec);
+    clvarlen_options *opt = NULL;
+    clvarlen_context *ctx = NULL;
+    clvarlen_options_create(&opt);
+    if (o->device)
+        clvarlen_options_set_device(opt, spec);
+    if (clvarlen_context_create(opt, &ctx) != CLVARLEN_SUCCESS)
+        die("no context on device '%s'", spec);
+    clvarlen_options_destroy(opt);
+    clvarlen_context_device(ctx, info);
+#if CLVARLEN_HAVE_OPENCL
+    cl_device_id dev;
+    g_on_cl = clvarlen_context_get_cl(ctx, &g_clc, &dev, &g_queue) == CLVARLEN_SUCCESS;
+#endif
+    return ctx;
+}
+
+/* gen_seq_lens lengths, the attention's params, the CP handle and this
+ * rank's plan; the layer's flops (causal: the visible half, as the attention
+ * bench counts; forward + backward: 3.5x the forward). */
+static void plan_run(run *r)
+{
+    const opts *o = &r->o;
+    r->len = xmalloc(sizeof(int32_t) * (size_t)o->docs);
+    r->cu = xmalloc(sizeof(int32_t) * (size_t)(o->docs + 1));
+    if (clvarlen_gen_seq_lens(r->ctx, o->seed, 1, o->docs, o->tokens, r->len))
+        die("gen_seq_lens: %s", clvarlen_last_error(r->ctx));
+    tu_cu_from_lengths(r->len, o->docs, r->cu);
+    r->total = r->cu[o->docs];
+    r->es = clvarlen_dtype_size(o->dtype);
+    r->rq = (size_t)o->hq * (size_t)o->d;
+    r->rk = (size_t)o->hk * (size_t)o->d;
+    clvarlen_attention_params *p = &r->w.p;
+    clvarlen_attention_params_init(p);
+    p->dtype = o->dtype;
+    p->heads_q = o->hq;
+    p->heads_kv = o->hk;
+    p->head_dim = o->d;
+    p->causal = o->causal;
+    p->n_seqs = o->docs;
+    p->total_q = p->total_k = r->total;
+    if (clvarlen_mpi_cp_create(r->ctx, MPI_COMM_WORLD, p, r->cu, o->docs, &r->cp))
+        die("clvarlen_mpi_cp_create: %s", clvarlen_mpi_last_error());
+    clvarlen_mpi_cp_local_tokens(r->cp, &r->local);
+    r->gidx = xmalloc(sizeof(int32_t) * (size_t)(r->local + 1));
+    int32_t *lcu = xmalloc(sizeof(int32_t) * (size_t)(o->docs + 1));
+    clvarlen_cp_plan_out plan;
+    memset(&plan, 0, sizeof plan);
+    plan.local_cu_seqlens = lcu;
+    plan.global_index = r->gidx;
+    plan.capacity = r->local;
+    if (clvarlen_cp_plan(r->ctx, r->cu, o->docs, g_world, g_rank, &plan))
+        die("cp_plan: %s", clvarlen_last_error(r->ctx));
+    free(lcu);
+    for (int s = 0; s < o->docs; s++) {
+        double L = r->len[s];
+        r->flops += 4.0 * o->hq * o->d * (o->causal ? L * (L + 1) / 2 : L * L);
+    }
+    if (o->backward)
+        r->flops *= 3.5;
+}
+
+/* This rank's shard of a whole-batch host tensor, as a tensor. */
+static tensor shard(run *r, const void *whole, size_t row)
+{
+    void *h = xmalloc((size_t)r->local * row * r->es);
+    if (clvarlen_cp_gather(r->ctx, r->o.dtype, (int64_t)row, whole, 0, r->cu, r->o.docs, g_world,
+                           g_rank, h, 0, r->local))
+        die("cp_gather: %s", clvarlen_last_error(r->ctx));
+    tensor t = t_new((size_t)r->local * row * r->es, h);
+    free(h);
+    return t;
+}
+
+/* Random inputs (the same on every rank), the whole batch's tensors and this rank's. */
+static void make_tensors(run *r)
+{
+    const size_t T = (size_t)r->total, L = (size_t)r->local, es = r->es, rq = r->rq, rk = r->rk;
+    const clvarlen_dtype dt = r->o.dtype;
+    tu_rng g = tu_rng_make(r->o.seed * 7919u + 1);
+    void *h[4];
+    size_t rows[4] = {rq, rk, rk, rq};
+    for (int i = 0; i < 4; i++) {
+        h[i] = xmalloc(T * rows[i] * es);
+        tu_fill_random(&g, h[i], dt, T * rows[i], 1.0);
+    }
+    layer *w = &r->w, *l = &r->l;
+    w->q = t_new(T * rq * es, h[0]);
+    w->k = t_new(T * rk * es, h[1]);
+    w->v = t_new(T * rk * es, h[2]);
+    w->dout = t_new(T * rq * es, h[3]);
+    w->o = t_new(T * rq * es, NULL);
+    w->lse = t_new(4 * T * (size_t)r->o.hq, NULL);
+    w->dq = t_new(4 * T * rq, NULL);
+    w->dk = t_new(4 * T * rk, NULL);
+    w->dv = t_new(4 * T * rk, NULL);
+    w->cu = t_new(sizeof(int32_t) * (size_t)(r->o.docs + 1), r->cu);
+    l->p = w->p;
+    l->q = shard(r, h[0], rq);
+    l->k = shard(r, h[1], rk);
+    l->v = shard(r, h[2], rk);
+    l->dout = shard(r, h[3], rq);
+    l->o = t_new(L * rq * es, NULL);
+    l->lse = t_new(4 * L * (size_t)r->o.hq, NULL);
+    l->dq = t_new(4 * L * rq, NULL);
+    l->dk = t_new(4 * L * rk, NULL);
+    l->dv = t_new(4 * L * rk, NULL);
+    for (int i = 0; i < 4; i++)
+        free(h[i]);
+}
+
+/* The 1-rank time: rank 0 alone on the whole batch (the others wait); then
+ * every rank computes the unsharded result it checks against. */
+static double time_whole(run *r)
+{
+    double t1 = 0;
+    if (g_rank == 0) {
+        if (run_whole(r->ctx, &r->w, r->o.backward))
+            die("unsharded layer: %s", clvarlen_last_error(r->ctx));
+        double *ts = xmalloc(sizeof(double) * (size_t)r->o.iters);
+        for (int i = 0; i < r->o.iters; i++) {
+            double t = MPI_Wtime();
+            run_whole(r->ctx, &r->w, r->o.backward);
+            ts[i] = MPI_Wtime() - t;
+        }
+        t1 = median(ts, r->o.iters);
+        free(ts);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (g_rank != 0 && run_whole(r->ctx, &r->w, r->o.backward))
+        die("unsharded layer: %s", clvarlen_last_error(r->ctx));
+    return t1;
+}
+
+/* The CP layer: one warm-up, then iters timed calls (a barrier before
+ * each). line: time, time in MPI (medians), bytes sent and received. */
+static void time_cp(run *r, double line[4])
+{
+    if (run_fwd(r->cp, &r->l) || (r->o.backward && run_bwd(r->cp, &r->l)))
+        die("CP layer: %s", clvarlen_mpi_last_error());
+    double *ts = xmalloc(sizeof(double) * (size_t)r->o.iters);
+    double *tx = xmalloc(sizeof(double) * (size_t)r->o.iters);
+    clvarlen_mpi_cp_stats st = {.struct_size = sizeof st};
+    for (int i = 0; i < r->o.iters; i++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t = MPI_Wtime();
+        if (run_fwd(r->cp, &r->l))
+            die("CP forward: %s", clvarlen_mpi_last_error());
+        clvarlen_mpi_cp_get_stats(r->cp, &st);
+        tx[i] = st.exchange_seconds;
+        line[2] = (double)st.bytes_sent;
+        line[3] = (double)st.bytes_received;
+        if (r->o.backward) {
+            if (run_bwd(r->cp, &r->l))
+                die("CP backward: %s", clvarlen_mpi_last_error());
+            clvarlen_mpi_cp_get_stats(r->cp, &st);
+            tx[i] += st.exchange_seconds;
+            line[2] += (double)st.bytes_sent;
+            line[3] += (double)st.bytes_received;
+        }
+        ts[i] = MPI_Wtime() - t;
+    }
+    line[0] = median(ts, r->o.iters);
+    line[1] = median(tx, r->o.iters);
+    free(ts);
+    free(tx);
+}
+
+/* This rank's outputs against the unsharded run: errors[0] o, errors[1] the
+ * worst gradient (f32); returns 1 on a mismatch (SPEC 4 tolerances). */
+static int check_rows(run *r, double errors[2])
+{
+    void *mo = t_read(&r->l.o), *wo = t_read(&r->w.o);
+    errors[0] = rows_err(mo, wo, r->o.dtype, r->rq, r->gidx, r->local);
+    errors[1] = 0;
+    free(mo);
+    free(wo);
+    if (r->o.backward) {
+        tensor *mine[] = {&r->l.dq, &r->l.dk, &r->l.dv}, *whole[] = {&r->w.dq, &r->w.dk, &r->w.dv};
+        size_t rows[] = {r->rq, r->rk, r->rk};
+        for (int i = 0; i < 3; i++) {
+            void *a = t_read(mine[i]), *b = t_read(whole[i]);
+            double e = rows_err(a, b, CLVARLEN_DTYPE_F32, rows[i], r->gidx, r->local);
+            errors[1] = e > errors[1] ? e : errors[1];
+            free(a);
+            free(b);
+        }
+    }
+    return errors[0] > tu_tolerance(r->o.dtype) || errors[1] > 1e-3;
+}
+
+/* Rank 0 prints every rank's line (gathered) and the summary. */
+static void report(const run *r, const clvarlen_device_info *info, double t1, const double *mine)
+{
+    double *all = g_rank == 0 ? xmalloc(sizeof(double) * 8 * (size_t)g_world) : NULL;
+    MPI_Gather(mine, 8, MPI_DOUBLE, all, 8, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    if (g_rank != 0)
+        return;
+    const opts *o = &r->o;
+    printf("clvarlen-cp: %d ranks, device %s, %s, %d documents / %lld tokens, Hq %d, Hk %d, "
+           "D %d, %s, %s\n",
+           g_world, info->device_name, clvarlen_dtype_name(o->dtype), o->docs,
+           (long long)r->total, o->hq, o->hk, o->d, o->causal ? "causal" : "full",
+           o->backward ? "forward+backward" : "forward");
+    printf("1 rank (unsharded, rank 0 alone): %.3f ms, %.1f TFLOP/s\n", t1 * 1e3,
+           r->flops / t1 * 1e-12);
+    double worst = 0;
+    for (int k = 0; k < g_world; k++) {
+        const double *x = all + 8 * k;
+        worst = x[1] > worst ? x[1] : worst;
+        printf("rank %d: %lld tokens, %.3f ms per layer, %.3f ms in MPI, sent %.1f MB, "
+               "received %.1f MB (%.2f GB/s in MPI), rel err o %.2e, %s\n",
+               k, (long long)x[0], x[1] * 1e3, x[2] * 1e3, x[3] * 1e-6, x[4] * 1e-6,
+               x[2] > 0 ? x[4] / x[2] * 1e-9 : 0.0, x[5], x[7] ? "MISMATCH" : "ok");
+        if (o->backward)
+            printf("        gradients rel err %.2e\n", x[6]);
+    }
+    printf("%d ranks: %.3f ms per layer (slowest rank), %.1f TFLOP/s, speedup %.2fx over 1 rank, "
+           "efficiency %.2f\n",
+           g_world, worst * 1e3, r->flops / worst * 1e-12, t1 / worst, t1 / worst / g_world);
+    free(all);
+}
+
+static void free_run(run *r)
+{
+    tensor *ts[] = {&r->w.q, &r->w.k, &r->w.v, &r->w.o, &r->w.lse, &r->w.dout, &r->w.dq,
+                    &r->w.dk, &r->w.dv, &r->w.cu, &r->l.q, &r->l.k, &r->l.v, &r->l.o,
+                    &r->l.lse, &r->l.dout, &r->l.dq, &r->l.dk, &r->l.dv};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        t_free(ts[i]);
+    free(r->gidx);
+    free(r->len);
+    free(r->cu);
+    clvarlen_mpi_cp_destroy(r->cp);
+}
+
 int main(int argc, char **argv)
 {
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_world);
-    opts o;
-    parse(argc, argv, &o);
-
-    char spec[256] = "";
-    if (o.device)
-        device_spec(o.device, spec, sizeof spec);
-    clvarlen_options *opt = NULL;
-    clvarlen_context *ctx = NULL;
-    clvarlen_options_create(&opt);
-    if (o.device)
-        clvarlen_options_set_device(opt, spec);
-    if (clvarlen_context_create(opt, &ctx) != CLVARLEN_SUCCESS)
-        die("no context on device '%s'", spec);
-    clvarlen_options_destroy(opt);
+    run r;
+    memset(&r, 0, sizeof r);
+    parse(argc, argv, &r.o);
     clvarlen_device_info info = {0};
-    clvarlen_context_device(ctx, &info);
-#if CLVARLEN_HAVE_OPENCL
-    cl_device_id dev;
-    g_on_cl = clvarlen_context_get_cl(ctx, &g_clc, &dev, &g_queue) == CLVARLEN_SUCCESS;
-#endif
-
-    /* The batch: gen_seq_lens lengths, random inputs, the same on every rank. */
-    int32_t *len = xmalloc(sizeof(int32_t) * (size_t)o.docs);
-    int32_t *cu = xmalloc(sizeof(int32_t) * (size_t)(o.docs + 1));
-    if (clvarlen_gen_seq_lens(ctx, o.seed, 1, o.docs, o.tokens, len))
-        die("gen_seq_lens: %s", clvarlen_last_error(ctx));
-    tu_cu_from_lengths(len, o.docs, cu);
-    const int64_t T = cu[o.docs];
-    const clvarlen_dtype dt = o.dtype;
-    const size_t es = clvarlen_dtype_size(dt);
-    const size_t rq = (size_t)o.hq * (size_t)o.d, rk = (size_t)o.hk * (size_t)o.d;
-
-    layer w;
-    memset(&w, 0, sizeof w);
-    clvarlen_attention_params_init(&w.p);
-    w.p.dtype = dt;
-    w.p.heads_q = o.hq;
-    w.p.heads_kv = o.hk;
-    w.p.head_dim = o.d;
-    w.p.causal = o.causal;
-    w.p.n_seqs = o.docs;
-    w.p.total_q = w.p.total_k = T;
-
-    clvarlen_mpi_cp *cp = NULL;
-    if (clvarlen_mpi_cp_create(ctx, MPI_COMM_WORLD, &w.p, cu, o.docs, &cp))
-        die("clvarlen_mpi_cp_create: %s", clvarlen_mpi_last_error());
-    int64_t lt = 0;
-    clvarlen_mpi_cp_local_tokens(cp, &lt);
-    int32_t *gidx = xmalloc(sizeof(int32_t) * (size_t)(lt + 1));
-    int32_t *lcu = xmalloc(sizeof(int32_t) * (size_t)(o.docs + 1));
-    clvarlen_cp_plan_out plan;
-    memset(&plan, 0, sizeof plan);
-    plan.local_cu_seqlens = lcu;
-    plan.global_index = gidx;
-    plan.capacity = lt;
-    if (clvarlen_cp_plan(ctx, cu, o.docs, g_world, g_rank, &plan))
-        die("cp_plan: %s", clvarlen_last_error(ctx));
-
-    /* Whole-batch inputs (host), this rank's shard of them. */
-    tu_rng r = tu_rng_make(o.seed * 7919u + 1);
-    void *hq = xmalloc((size_t)T * rq * es), *hk = xmalloc((size_t)T * rk * es);
-    void *hv = xmalloc((size_t)T * rk * es), *hdo = xmalloc((size_t)T * rq * es);
-    tu_fill_random(&r, hq, dt, (size_t)T * rq, 1.0);
-    tu_fill_random(&r, hk, dt, (size_t)T * rk, 1.0);
-    tu_fill_random(&r, hv, dt, (size_t)T * rk, 1.0);
-    tu_fill_random(&r, hdo, dt, (size_t)T * rq, 1.0);
-    w.q = t_new((size_t)T * rq * es, hq);
-    w.k = t_new((size_t)T * rk * es, hk);
-    w.v = t_new((size_t)T * rk * es, hv);
-    w.dout = t_new((size_t)T * rq * es, hdo);
-    w.o = t_new((size_t)T * rq * es, NULL);
-    w.lse = t_new(4 * (size_t)T * (size_t)o.hq, NULL);
-    w.dq = t_new(4 * (size_t)T * rq, NULL);
-    w.dk = t_new(4 * (size_t)T * rk, NULL);
-    w.dv = t_new(4 * (size_t)T * rk, NULL);
-    w.cu = t_new(sizeof(int32_t) * (size_t)(o.docs + 1), cu);
-
-    layer l;
-    memset(&l, 0, sizeof l);
-    {
-        void *sq = xmalloc((size_t)lt * rq * es), *sk = xmalloc((size_t)lt * rk * es);
-        void *sv = xmalloc((size_t)lt * rk * es), *sdo = xmalloc((size_t)lt * rq * es);
-        clvarlen_cp_gather(ctx, dt, (int64_t)rq, hq, 0, cu, o.docs, g_world, g_rank, sq, 0, lt);
-        clvarlen_cp_gather(ctx, dt, (int64_t)rk, hk, 0, cu, o.docs, g_world, g_rank, sk, 0, lt);
-        clvarlen_cp_gather(ctx, dt, (int64_t)rk, hv, 0, cu, o.docs, g_world, g_rank, sv, 0, lt);
-        clvarlen_cp_gather(ctx, dt, (int64_t)rq, hdo, 0, cu, o.docs, g_world, g_rank, sdo, 0, lt);
-        l.q = t_new((size_t)lt * rq * es, sq);
-        l.k = t_new((size_t)lt * rk * es, sk);
-        l.v = t_new((size_t)lt * rk * es, sv);
-        l.dout = t_new((size_t)lt * rq * es, sdo);
-        free(sq);
-        free(sk);
-        free(sv);
-        free(sdo);
-    }
-    free(hq);
-    free(hk);
-    free(hv);
-    free(hdo);
-    l.o = t_new((size_t)lt * rq * es, NULL);
-    l.lse = t_new(4 * (size_t)lt * (size_t)o.hq, NULL);
-    l.dq = t_new(4 * (size_t)lt * rq, NULL);
-    l.dk = t_new(4 * (size_t)lt * rk, NULL);
-    l.dv = t_new(4 * (size_t)lt * rk, NULL);
-
-    /* Flops of the layer (causal: the visible half, as the attention bench counts). */
-    double flops = 0;
-    for (int s = 0; s < o.docs; s++) {
-        double L = len[s];
-        flops += 4.0 * o.hq * o.d * (o.causal ? L * (L + 1) / 2 : L * L);
-    }
-    if (o.backward)
-        flops *= 3.5; /* forward + backward (2.5x the forward's products) */
-
-    /* 1-rank time: rank 0 alone on the whole batch (others wait), then every
-     * rank computes the unsharded result it checks against. */
-    double t1 = 0;
-    int bad = 0;
-    if (g_rank == 0) {
-        if (run_whole(ctx, &w, o.backward))
-            die("unsharded layer: %s", clvarlen_last_error(ctx));
-        double *ts = xmalloc(sizeof(double) * (size_t)o.iters);
-        for (int i = 0; i < o.iters; i++) {
-            double t = MPI_Wtime();
-            run_whole(ctx, &w, o.backward);
-            ts[i] = MPI_Wtime() - t;
-        }
-        t1 = median(ts, o.iters);
-        free(ts);
-    }
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (g_rank != 0 && run_whole(ctx, &w, o.backward))
-        die("unsharded layer: %s", clvarlen_last_error(ctx));
-
-    /* The CP layer: one warm-up, then iters timed calls (a barrier before each). */
-    if (run_fwd(cp, &l) || (o.backward && run_bwd(cp, &l)))
-        die("CP layer: %s", clvarlen_mpi_last_error());
-    double *ts = xmalloc(sizeof(double) * (size_t)o.iters);
-    double *tx = xmalloc(sizeof(double) * (size_t)o.iters);
-    clvarlen_mpi_cp_stats st = {.struct_size = sizeof st};
-    int64_t sent = 0, recv = 0;
-    for (int i = 0; i < o.iters; i++) {
-        MPI_Barrier(MPI_COMM_WORLD);
-        double t = MPI_Wtime();
-        if (run_fwd(cp, &l))
-            die("CP forward: %s", clvarlen_mpi_last_error());
-        clvarlen_mpi_cp_get_stats(cp, &st);
-        double ex = st.exchange_seconds;
-        sent = st.bytes_sent;
-        recv = st.bytes_received;
-        if (o.backward) {
-            if (run_bwd(cp, &l))
-                die("CP backward: %s", clvarlen_mpi_last_error());
-            clvarlen_mpi_cp_get_stats(cp, &st);
-            ex += st.exchange_seconds;
-            sent += st.bytes_sent;
-            recv += st.bytes_received;
-        }
-        ts[i] = MPI_Wtime() - t;
-        tx[i] = ex;
-    }
-    double tn = median(ts, o.iters), txm = median(tx, o.iters);
-
-    /* Check this rank's rows against the unsharded run. */
-    void *mo = t_read(&l.o), *wo = t_read(&w.o);
-    double e_o = rows_err(mo, wo, dt, rq, gidx, lt);
-    double tol = tu_tolerance(dt), e_g = 0;
-    free(mo);
-    free(wo);
-    if (e_o > tol)
-        bad = 1;
-    if (o.backward) {
-        tensor *mine[] = {&l.dq, &l.dk, &l.dv}, *whole[] = {&w.dq, &w.dk, &w.dv};
-        size_t rows[] = {rq, rk, rk};
-        for (int i = 0; i < 3; i++) {
-            void *a = t_read(mine[i]), *b = t_read(whole[i]);
-            double e = rows_err(a, b, CLVARLEN_DTYPE_F32, rows[i], gidx, lt);
-            e_g = e > e_g ? e : e_g;
-            free(a);
-            free(b);
-        }
-        if (e_g > 1e-3)
-            bad = 1;
-    }
-
-    /* Report: rank 0 prints every rank's line in order, then the summary. */
-    double mine_line[8] = {(double)lt, tn, txm, (double)sent, (double)recv, e_o, e_g, bad};
-    double *all = g_rank == 0 ? xmalloc(sizeof(double) * 8 * (size_t)g_world) : NULL;
-    MPI_Gather(mine_line, 8, MPI_DOUBLE, all, 8, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-    int any_bad = 0;
+    r.ctx = open_context(&r.o, &info);
+    plan_run(&r);
+    make_tensors(&r);
+    double t1 = time_whole(&r);
+    double cp_line[4] = {0}, errors[2] = {0};
+    time_cp(&r, cp_line);
+    int bad = check_rows(&r, errors), any_bad = 0;
     MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (g_rank == 0) {
-        printf("clvarlen-cp: %d ranks, device %s, %s, %d documents / %lld tokens, Hq %d, Hk %d, "
-               "D %d, %s, %s\n",
-               g_world, info.device_name, clvarlen_dtype_name(dt), o.docs, (long long)T, o.hq, o.hk,
-               o.d, o.causal ? "causal" : "full", o.backward ? "forward+backward" : "forward");
-        printf("1 rank (unsharded, rank 0 alone): %.3f ms, %.1f TFLOP/s\n", t1 * 1e3,
-               flops / t1 * 1e-12);
-        double worst = 0;
-        for (int r2 = 0; r2 < g_world; r2++) {
-            const double *x = all + 8 * r2;
-            worst = x[1] > worst ? x[1] : worst;
-            printf("rank %d: %lld tokens, %.3f ms per layer, %.3f ms in MPI, sent %.1f MB, "
-                   "received %.1f MB (%.2f GB/s in MPI), rel err o %.2e, %s\n",
-                   r2, (long long)x[0], x[1] * 1e3, x[2] * 1e3, x[3] * 1e-6, x[4] * 1e-6,
-                   x[2] > 0 ? x[4] / x[2] * 1e-9 : 0.0, x[5], x[7] ? "MISMATCH" : "ok");
-            if (o.backward)
-                printf("        gradients rel err %.2e\n", x[6]);
-        }
-        printf("%d ranks: %.3f ms per layer (slowest rank), speedup %.2fx over 1 rank, "
-               "efficiency %.2f\n",
-               g_world, worst * 1e3, t1 / worst, t1 / worst / g_world);
-        free(all);
-    }
-    free(ts);
-    free(tx);
-    tensor *ts_all[] = {&w.q, &w.k, &w.v, &w.o, &w.lse, &w.dout, &w.dq, &w.dk, &w.dv, &w.cu,
-                        &l.q, &l.k, &l.v, &l.o, &l.lse, &l.dout, &l.dq, &l.dk, &l.dv};
-    for (size_t i = 0; i < sizeof ts_all / sizeof ts_all[0]; i++)
-        t_free(ts_all[i]);
-    free(gidx);
-    free(lcu);
-    free(len);
-    free(cu);
-    clvarlen_mpi_cp_destroy(cp);
-    clvarlen_context_destroy(ctx);
+    double line[8] = {(double)r.local, cp_line[0], cp_line[1], cp_line[2],
+                      cp_line[3], errors[0], errors[1], bad};
+    report(&r, &info, t1, line);
+    free_run(&r);
+    clvarlen_context_destroy(r.ctx);
     MPI_Finalize();
     return any_bad ? 1 : 0;
 }

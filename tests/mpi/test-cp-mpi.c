@@ -172,171 +172,228 @@ static double grad_tol(const tcase *c)
     return c->grad_f32 ? 1e-4 : tu_tolerance(c->dtype);
 }
 
-static void run_case(clvarlen_context *ctx, const tcase *c)
-{
+/* One rank's side of a case: its shard of the whole batch and its outputs. */
+typedef struct side {
+    const tcase *c;
+    clvarlen_context *ctx;
     clvarlen_attention_params p;
-    clvarlen_attention_params_init(&p);
-    p.dtype = c->dtype;
-    p.heads_q = c->hq;
-    p.heads_kv = c->hk;
-    p.head_dim = c->d;
-    p.head_dim_v = c->dv;
-    p.causal = c->causal;
-    p.window_left = c->wl;
-    p.window_right = c->wr;
-    p.softcap = c->softcap;
-    const size_t rq = (size_t)(c->hq * c->d), rk = (size_t)(c->hk * c->d);
-    const size_t rv = (size_t)(c->hk * c->dv), ro = (size_t)(c->hq * c->dv);
-    p.q_stride = c->q_pad ? (int64_t)rq + c->q_pad : 0;
-    p.o_stride = c->o_pad ? (int64_t)ro + c->o_pad : 0;
+    clvarlen_mpi_cp *cp;
     whole w;
-    make_whole(ctx, c, &p, &w);
-    clvarlen_mpi_cp *cp = NULL;
-    clvarlen_status st = clvarlen_mpi_cp_create(ctx, MPI_COMM_WORLD, &p, w.cu, w.n, &cp);
-    CHECK(st == CLVARLEN_SUCCESS, "%s: create: %s", c->label, clvarlen_mpi_last_error());
-    if (st) {
-        free_whole(&w);
-        return;
-    }
-    int64_t lt = -1;
-    CHECK(clvarlen_mpi_cp_local_tokens(cp, &lt) == CLVARLEN_SUCCESS, "local_tokens");
-    /* The handle's plan equals clvarlen_cp_plan's. */
-    int32_t *lcu = xmalloc(sizeof(int32_t) * (size_t)(w.n + 1));
-    int32_t *pos = xmalloc(sizeof(int32_t) * (size_t)(lt + 1));
-    int32_t *gidx = xmalloc(sizeof(int32_t) * (size_t)(lt + 1));
+    int64_t lt;
+    int32_t *gidx;
+    clvarlen_dtype gdt; /* the gradients' dtype */
+    size_t es, ges, rq, rk, rv, ro, qs, os, L;
+    void *q, *k, *v, *dout, *o, *dq, *dk, *dv;
+    float *lse;
+} side;
+
+static void side_params(side *sd, const tcase *c)
+{
+    clvarlen_attention_params *p = &sd->p;
+    clvarlen_attention_params_init(p);
+    p->dtype = c->dtype;
+    p->heads_q = c->hq;
+    p->heads_kv = c->hk;
+    p->head_dim = c->d;
+    p->head_dim_v = c->dv;
+    p->causal = c->causal;
+    p->window_left = c->wl;
+    p->window_right = c->wr;
+    p->softcap = c->softcap;
+    sd->rq = (size_t)(c->hq * c->d);
+    sd->rk = (size_t)(c->hk * c->d);
+    sd->rv = (size_t)(c->hk * c->dv);
+    sd->ro = (size_t)(c->hq * c->dv);
+    p->q_stride = c->q_pad ? (int64_t)sd->rq + c->q_pad : 0;
+    p->o_stride = c->o_pad ? (int64_t)sd->ro + c->o_pad : 0;
+    sd->qs = p->q_stride ? (size_t)p->q_stride : sd->rq;
+    sd->os = p->o_stride ? (size_t)p->o_stride : sd->ro;
+    sd->es = clvarlen_dtype_size(c->dtype);
+    sd->gdt = c->grad_f32 ? CLVARLEN_DTYPE_F32 : c->dtype;
+    sd->ges = clvarlen_dtype_size(sd->gdt);
+}
+
+/* This rank's rows of q, k, v and do (the plan's global indices), and room
+ * for its outputs. */
+static void side_shard(side *sd)
+{
+    const tcase *c = sd->c;
+    clvarlen_mpi_cp_local_tokens(sd->cp, &sd->lt);
+    sd->L = (size_t)sd->lt;
+    const size_t L = sd->L, es = sd->es, ges = sd->ges;
+    int32_t *lcu = xmalloc(sizeof(int32_t) * (size_t)(sd->w.n + 1));
+    sd->gidx = xmalloc(sizeof(int32_t) * (L + 1));
     clvarlen_cp_plan_out plan;
     memset(&plan, 0, sizeof plan);
     plan.local_cu_seqlens = lcu;
-    plan.global_index = gidx;
-    plan.capacity = lt;
-    CHECK(clvarlen_cp_plan(ctx, w.cu, w.n, g_world, g_rank, &plan) == CLVARLEN_SUCCESS &&
-              plan.local_tokens == lt,
+    plan.global_index = sd->gidx;
+    plan.capacity = sd->lt;
+    CHECK(clvarlen_cp_plan(sd->ctx, sd->w.cu, sd->w.n, g_world, g_rank, &plan) ==
+                  CLVARLEN_SUCCESS &&
+              plan.local_tokens == sd->lt,
           "%s: plan", c->label);
-    CHECK(clvarlen_mpi_cp_plan(cp, NULL, pos) == CLVARLEN_SUCCESS, "cp_plan");
-    const clvarlen_dtype dt = c->dtype;
-    const size_t es = clvarlen_dtype_size(dt), L = (size_t)lt;
-    const size_t qs = p.q_stride ? (size_t)p.q_stride : rq, os = p.o_stride ? (size_t)p.o_stride : ro;
-    void *q = xmalloc(L * qs * es), *k = xmalloc(L * rk * es), *v = xmalloc(L * rv * es);
-    void *dout = xmalloc(L * ro * es), *o = xmalloc(L * os * es);
-    float *lse = xmalloc(sizeof(float) * L * (size_t)c->hq);
-    memset(q, 0, L * qs * es);
-    memset(o, 0x5a, L * os * es);
-    pick_rows(w.q, dt, rq, gidx, lt, q, qs);
-    pick_rows(w.k, dt, rk, gidx, lt, k, rk);
-    pick_rows(w.v, dt, rv, gidx, lt, v, rv);
-    pick_rows(w.dout, dt, ro, gidx, lt, dout, ro);
+    int32_t *pos = xmalloc(sizeof(int32_t) * (L + 1));
+    CHECK(clvarlen_mpi_cp_plan(sd->cp, NULL, pos) == CLVARLEN_SUCCESS, "cp_plan");
+    free(pos);
+    free(lcu);
+    sd->q = xmalloc(L * sd->qs * es);
+    sd->k = xmalloc(L * sd->rk * es);
+    sd->v = xmalloc(L * sd->rv * es);
+    sd->dout = xmalloc(L * sd->ro * es);
+    sd->o = xmalloc(L * sd->os * es);
+    sd->lse = xmalloc(sizeof(float) * L * (size_t)c->hq);
+    sd->dq = xmalloc(L * sd->rq * ges);
+    sd->dk = xmalloc(L * sd->rk * ges);
+    sd->dv = xmalloc(L * sd->rv * ges);
+    memset(sd->q, 0, L * sd->qs * es);
+    memset(sd->o, 0x5a, L * sd->os * es);
+    pick_rows(sd->w.q, c->dtype, sd->rq, sd->gidx, sd->lt, sd->q, sd->qs);
+    pick_rows(sd->w.k, c->dtype, sd->rk, sd->gidx, sd->lt, sd->k, sd->rk);
+    pick_rows(sd->w.v, c->dtype, sd->rv, sd->gidx, sd->lt, sd->v, sd->rv);
+    pick_rows(sd->w.dout, c->dtype, sd->ro, sd->gidx, sd->lt, sd->dout, sd->ro);
+}
 
-    /* ---- forward (host memory) */
-    st = clvarlen_mpi_cp_forward(cp, q, k, v, o, lse);
-    CHECK(st == CLVARLEN_SUCCESS, "%s: forward: %s", c->label, clvarlen_mpi_last_error());
-    double *ref = dense_ref(w.o, dt, ro, gidx, lt);
-    compare("o", c, o, dt, os, ref, lt, ro, tu_tolerance(dt));
+static void check_o(const side *sd, const char *what, const void *o, const float *lse)
+{
+    const tcase *c = sd->c;
+    double *ref = dense_ref(sd->w.o, c->dtype, sd->ro, sd->gidx, sd->lt);
+    compare(what, c, o, c->dtype, sd->os, ref, sd->lt, sd->ro, tu_tolerance(c->dtype));
     free(ref);
-    if (c->o_pad) /* bytes between strided rows are left as they were */
-        for (size_t t = 0; t < L; t++)
-            CHECK(((unsigned char *)o)[(t * os + ro) * es] == 0x5a, "%s: o padding written",
-                  c->label);
     double max_lse = 0;
     for (int h = 0; h < c->hq; h++)
-        for (int64_t t = 0; t < lt; t++) {
-            double a = lse[(size_t)h * L + (size_t)t];
-            double b = w.lse[(size_t)h * (size_t)w.t + (size_t)gidx[t]];
+        for (int64_t t = 0; t < sd->lt; t++) {
+            double a = lse[(size_t)h * sd->L + (size_t)t];
+            double b = sd->w.lse[(size_t)h * (size_t)sd->w.t + (size_t)sd->gidx[t]];
             if (isinf(a) || isinf(b)) {
-                CHECK(a == b, "%s: lse inf mismatch", c->label);
+                CHECK(a == b, "%s: %s: lse inf mismatch", c->label, what);
                 continue;
             }
             double e = fabs(a - b) / (1 + fabs(b));
             max_lse = e > max_lse || isnan(e) ? e : max_lse;
         }
-    CHECK(max_lse <= (dt == CLVARLEN_DTYPE_F32 ? 1e-5 : 1e-4), "%s: lse differs by %.3g", c->label,
-          max_lse);
+    CHECK(max_lse <= (c->dtype == CLVARLEN_DTYPE_F32 ? 1e-5 : 1e-4), "%s: %s: lse differs by %.3g",
+          c->label, what, max_lse);
+}
+
+static void check_grads(const side *sd, const char *suffix, void *const out[3])
+{
+    const float *full[3] = {sd->w.dq, sd->w.dk, sd->w.dv};
+    const size_t row[3] = {sd->rq, sd->rk, sd->rv};
+    const char *name[3] = {"dq", "dk", "dv"};
+    for (int i = 0; i < 3; i++) {
+        double *ref = dense_ref(full[i], CLVARLEN_DTYPE_F32, row[i], sd->gidx, sd->lt);
+        char what[32];
+        snprintf(what, sizeof what, "%s%s", name[i], suffix);
+        compare(what, sd->c, out[i], sd->gdt, row[i], ref, sd->lt, row[i], grad_tol(sd->c));
+        free(ref);
+    }
+}
+
+/* Forward and backward on host memory. */
+static void side_host(side *sd)
+{
+    const tcase *c = sd->c;
+    clvarlen_status st = clvarlen_mpi_cp_forward(sd->cp, sd->q, sd->k, sd->v, sd->o, sd->lse);
+    CHECK(st == CLVARLEN_SUCCESS, "%s: forward: %s", c->label, clvarlen_mpi_last_error());
+    check_o(sd, "o", sd->o, sd->lse);
+    if (c->o_pad) /* bytes between strided rows are left as they were */
+        for (size_t t = 0; t < sd->L; t++)
+            CHECK(((unsigned char *)sd->o)[(t * sd->os + sd->ro) * sd->es] == 0x5a,
+                  "%s: o padding written", c->label);
     clvarlen_mpi_cp_stats stats = {.struct_size = sizeof stats};
-    CHECK(clvarlen_mpi_cp_get_stats(cp, &stats) == CLVARLEN_SUCCESS, "stats");
-    CHECK(stats.bytes_received == (w.t - lt) * (int64_t)((rk + rv) * es) &&
-              stats.bytes_sent == lt * (int64_t)((rk + rv) * es) * (g_world - 1),
+    CHECK(clvarlen_mpi_cp_get_stats(sd->cp, &stats) == CLVARLEN_SUCCESS, "stats");
+    const int64_t rb = (int64_t)((sd->rk + sd->rv) * sd->es);
+    CHECK(stats.bytes_received == (sd->w.t - sd->lt) * rb &&
+              stats.bytes_sent == sd->lt * rb * (g_world - 1),
           "%s: stats: sent %lld received %lld", c->label, (long long)stats.bytes_sent,
           (long long)stats.bytes_received);
-
-    /* ---- backward (host memory) */
     clvarlen_attention_bwd_params g;
     clvarlen_attention_bwd_params_init(&g);
     g.grad_f32 = c->grad_f32;
-    const clvarlen_dtype gdt = c->grad_f32 ? CLVARLEN_DTYPE_F32 : dt;
-    const size_t ges = clvarlen_dtype_size(gdt);
-    void *dq = xmalloc(L * rq * ges), *dk = xmalloc(L * rk * ges), *dv = xmalloc(L * rv * ges);
-    st = clvarlen_mpi_cp_backward(cp, &g, q, k, v, o, dout, lse, dq, dk, dv);
+    st = clvarlen_mpi_cp_backward(sd->cp, &g, sd->q, sd->k, sd->v, sd->o, sd->dout, sd->lse,
+                                  sd->dq, sd->dk, sd->dv);
     CHECK(st == CLVARLEN_SUCCESS, "%s: backward: %s", c->label, clvarlen_mpi_last_error());
-    struct {
-        const char *name;
-        const void *out;
-        const float *full;
-        size_t row;
-    } gr[] = {{"dq", dq, w.dq, rq}, {"dk", dk, w.dk, rk}, {"dv", dv, w.dv, rv}};
-    for (int i = 0; i < 3; i++) {
-        ref = dense_ref(gr[i].full, CLVARLEN_DTYPE_F32, gr[i].row, gidx, lt);
-        compare(gr[i].name, c, gr[i].out, gdt, gr[i].row, ref, lt, gr[i].row, grad_tol(c));
-        free(ref);
-    }
+    void *const out[3] = {sd->dq, sd->dk, sd->dv};
+    check_grads(sd, "", out);
+}
 
 #if CLVARLEN_HAVE_OPENCL
-    /* ---- the same on device buffers */
+/* The same on device buffers (OpenCL contexts). */
+static void side_cl(side *sd)
+{
     cl_context clc;
     cl_device_id dev;
     cl_command_queue queue;
-    if (clvarlen_context_get_cl(ctx, &clc, &dev, &queue) == CLVARLEN_SUCCESS) {
+    if (clvarlen_context_get_cl(sd->ctx, &clc, &dev, &queue) != CLVARLEN_SUCCESS)
+        return;
+    const tcase *c = sd->c;
+    const size_t L = sd->L, es = sd->es, ges = sd->ges;
+    size_t sizes[] = {L * sd->qs * es,  L * sd->rk * es,  L * sd->rv * es,
+                      L * sd->os * es,  4 * L * (size_t)c->hq, L * sd->ro * es,
+                      L * sd->rq * ges, L * sd->rk * ges, L * sd->rv * ges};
+    const void *init[] = {sd->q, sd->k, sd->v, NULL, NULL, sd->dout, NULL, NULL, NULL};
+    cl_mem m[9];
+    void *host[9];
+    for (int i = 0; i < 9; i++) {
         cl_int e;
-        size_t sizes[] = {L * qs * es, L * rk * es, L * rv * es, L * os * es,
-                          4 * L * (size_t)c->hq, L * ro * es, L * rq * ges, L * rk * ges,
-                          L * rv * ges};
-        const void *init[] = {q, k, v, NULL, NULL, dout, NULL, NULL, NULL};
-        cl_mem m[9];
-        for (int i = 0; i < 9; i++) {
-            m[i] = clCreateBuffer(clc, CL_MEM_READ_WRITE, sizes[i] + 64, NULL, &e);
-            CHECK(m[i] != NULL, "clCreateBuffer %d", e);
-            if (init[i] && sizes[i])
-                clEnqueueWriteBuffer(queue, m[i], CL_TRUE, 0, sizes[i], init[i], 0, NULL, NULL);
-        }
-        st = clvarlen_mpi_cp_forward_cl(cp, m[0], 0, m[1], 0, m[2], 0, m[3], 0, m[4], 0);
-        CHECK(st == CLVARLEN_SUCCESS, "%s: forward_cl: %s", c->label, clvarlen_mpi_last_error());
-        void *o2 = xmalloc(sizes[3]);
-        float *lse2 = xmalloc(sizes[4]);
-        if (L) {
-            clEnqueueReadBuffer(queue, m[3], CL_TRUE, 0, sizes[3], o2, 0, NULL, NULL);
-            clEnqueueReadBuffer(queue, m[4], CL_TRUE, 0, sizes[4], lse2, 0, NULL, NULL);
-        }
-        ref = dense_ref(w.o, dt, ro, gidx, lt);
-        compare("o (cl_mem)", c, o2, dt, os, ref, lt, ro, tu_tolerance(dt));
-        free(ref);
-        st = clvarlen_mpi_cp_backward_cl(cp, &g, m[0], 0, m[1], 0, m[2], 0, m[3], 0, m[5], 0,
-                                         m[4], 0, m[6], 0, m[7], 0, m[8], 0);
-        CHECK(st == CLVARLEN_SUCCESS, "%s: backward_cl: %s", c->label, clvarlen_mpi_last_error());
-        for (int i = 0; i < 3; i++) {
-            void *got = xmalloc(sizes[6 + i]);
-            if (L)
-                clEnqueueReadBuffer(queue, m[6 + i], CL_TRUE, 0, sizes[6 + i], got, 0, NULL, NULL);
-            ref = dense_ref(gr[i].full, CLVARLEN_DTYPE_F32, gr[i].row, gidx, lt);
-            char what[32];
-            snprintf(what, sizeof what, "%s (cl_mem)", gr[i].name);
-            compare(what, c, got, gdt, gr[i].row, ref, lt, gr[i].row, grad_tol(c));
-            free(ref);
-            free(got);
-        }
-        free(o2);
-        free(lse2);
-        for (int i = 0; i < 9; i++)
-            if (m[i])
-                clReleaseMemObject(m[i]);
+        m[i] = clCreateBuffer(clc, CL_MEM_READ_WRITE, sizes[i] + 64, NULL, &e);
+        CHECK(m[i] != NULL, "clCreateBuffer %d", e);
+        if (init[i] && sizes[i])
+            clEnqueueWriteBuffer(queue, m[i], CL_TRUE, 0, sizes[i], init[i], 0, NULL, NULL);
+        host[i] = xmalloc(sizes[i]);
     }
+    clvarlen_status st =
+        clvarlen_mpi_cp_forward_cl(sd->cp, m[0], 0, m[1], 0, m[2], 0, m[3], 0, m[4], 0);
+    CHECK(st == CLVARLEN_SUCCESS, "%s: forward_cl: %s", c->label, clvarlen_mpi_last_error());
+    clvarlen_attention_bwd_params g;
+    clvarlen_attention_bwd_params_init(&g);
+    g.grad_f32 = c->grad_f32;
+    st = clvarlen_mpi_cp_backward_cl(sd->cp, &g, m[0], 0, m[1], 0, m[2], 0, m[3], 0, m[5], 0,
+                                     m[4], 0, m[6], 0, m[7], 0, m[8], 0);
+    CHECK(st == CLVARLEN_SUCCESS, "%s: backward_cl: %s", c->label, clvarlen_mpi_last_error());
+    for (int i = 3; i < 9 && L; i++)
+        clEnqueueReadBuffer(queue, m[i], CL_TRUE, 0, sizes[i], host[i], 0, NULL, NULL);
+    if (L)
+        check_o(sd, "o (cl_mem)", host[3], host[4]);
+    void *const out[3] = {host[6], host[7], host[8]};
+    check_grads(sd, " (cl_mem)", out);
+    for (int i = 0; i < 9; i++) {
+        if (m[i])
+            clReleaseMemObject(m[i]);
+        free(host[i]);
+    }
+}
 #endif
-    clvarlen_mpi_cp_destroy(cp);
-    void *all[] = {lcu, pos, gidx, q, k, v, dout, o, lse, dq, dk, dv};
+
+static void run_case(clvarlen_context *ctx, const tcase *c)
+{
+    side sd;
+    memset(&sd, 0, sizeof sd);
+    sd.c = c;
+    sd.ctx = ctx;
+    side_params(&sd, c);
+    make_whole(ctx, c, &sd.p, &sd.w);
+    clvarlen_status st = clvarlen_mpi_cp_create(ctx, MPI_COMM_WORLD, &sd.p, sd.w.cu, sd.w.n, &sd.cp);
+    CHECK(st == CLVARLEN_SUCCESS, "%s: create: %s", c->label, clvarlen_mpi_last_error());
+    if (st) {
+        free_whole(&sd.w);
+        return;
+    }
+    side_shard(&sd);
+    side_host(&sd);
+#if CLVARLEN_HAVE_OPENCL
+    side_cl(&sd);
+#endif
+    clvarlen_mpi_cp_destroy(sd.cp);
+    void *all[] = {sd.gidx, sd.q, sd.k, sd.v, sd.dout, sd.o, sd.lse, sd.dq, sd.dk, sd.dv};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         free(all[i]);
-    free_whole(&w);
+    free_whole(&sd.w);
 }
 
 /* ---- bad input on one rank: an error on every rank, nothing written */
-static void error_cases(clvarlen_context *ctx)
+/* Bad input to create on one rank: an error on every rank, no handle. */
+static void create_errors(clvarlen_context *ctx)
 {
     clvarlen_attention_params p;
     clvarlen_attention_params_init(&p);
@@ -395,8 +452,23 @@ static void error_cases(clvarlen_context *ctx)
     st = clvarlen_mpi_cp_create(ctx, MPI_COMM_NULL, &p, cu, 4, &cp);
     CHECK(st == CLVARLEN_ERROR_INVALID_ARGUMENT, "MPI_COMM_NULL");
 
+}
+
+/* Bad input to the calls of a good handle: an error on every rank, nothing written. */
+static void call_errors(clvarlen_context *ctx)
+{
+    clvarlen_attention_params p;
+    clvarlen_attention_params_init(&p);
+    p.dtype = CLVARLEN_DTYPE_F32;
+    p.heads_q = 2;
+    p.heads_kv = 1;
+    p.head_dim = 32;
+    p.causal = 1;
+    int32_t cu[] = {0, 5, 12, 12, 19};
+    const int last = g_world - 1;
+    clvarlen_mpi_cp *cp = NULL;
+    clvarlen_status st;
     /* forward with a NULL q on the last rank: every rank fails, no o written */
-    cp = NULL;
     st = clvarlen_mpi_cp_create(ctx, MPI_COMM_WORLD, &p, cu, 4, &cp);
     CHECK(st == CLVARLEN_SUCCESS, "create: %s", clvarlen_mpi_last_error());
     if (st)
@@ -525,7 +597,8 @@ int main(int argc, char **argv)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         run_case(ctx, &cases[i]);
-    error_cases(ctx);
+    create_errors(ctx);
+    call_errors(ctx);
 
     int fails = 0, checks = 0;
     MPI_Allreduce(&g_fail, &fails, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
