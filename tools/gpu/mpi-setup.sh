@@ -9,7 +9,9 @@
 _M=/opt/gpudeps-mpi
 _D=${MPI_DEBS_DIR:-.gpu/mpi-debs}
 _A=$_M/usr/lib/x86_64-linux-gnu
+_L=$_M/lib/x86_64-linux-gnu   # some Debian 12 packages (libnl) still ship under /lib
 _O=$_A/openmpi
+_P=$_A/pmix2
 _log() { [ -n "${MPI_SETUP_QUIET:-}" ] || echo "mpi-setup: $*" >&2; }
 
 if [ ! -e $_M/usr/bin/orterun ]; then
@@ -27,13 +29,15 @@ if [ ! -e $_M/usr/bin/orterun ]; then
     _glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')
     if [ -n "$_glibc" ] && [ "$(printf '%s\n' 2.36 "$_glibc" | sort -V | head -1)" != 2.36 ]; then
       _log "glibc $_glibc < 2.36: using the libevent build for older glibc"
-      for _f in "$_D"/compat/*.deb; do [ -e "$_f" ] && _unpack "$(readlink -f "$_f")"; done
+      for _f in "$_D"/compat/*.deb; do if [ -e "$_f" ]; then _unpack "$(readlink -f "$_f")"; fi; done
     fi
     # Base-system libraries carried only in case the image lacks them: where the host has its own
     # copy, drop ours so that LD_LIBRARY_PATH does not put an older one in front of the host's.
     for _so in libudev.so.1 libuuid.so.1 libatomic.so.1; do
-      if ldconfig -p 2>/dev/null | grep -q "^[[:space:]]*$_so "; then rm -f $_A/${_so}*; fi
+      if ldconfig -p 2>/dev/null | grep -q "^[[:space:]]*$_so "; then rm -f $_A/${_so}* $_L/${_so}*; fi
     done
+    # Debian's PMIx params file names its plugin dir by absolute path
+    sed -i "s|/usr/lib/x86_64-linux-gnu/pmix2|$_P|g" $_P/share/pmix-mca-params.conf 2>/dev/null || true
     # .pc files carry prefix=/usr
     find $_M -type f -name '*.pc' -exec sed -i "s|^prefix=/usr|prefix=$_M/usr|" {} +
     # what the maintainer scripts' update-alternatives would have made (paths relative, inside $_M)
@@ -49,8 +53,8 @@ if [ ! -e $_M/usr/bin/orterun ]; then
     _ln ompi.pc   $_A/pkgconfig/mpi.pc
     _ln ompi-c.pc $_A/pkgconfig/mpi-c.pc
     _ln ompi-cxx.pc $_A/pkgconfig/mpi-cxx.pc
-    [ -e $_M/usr/lib/libpsm1/libpsm_infinipath.so.1.16 ] &&
-      _ln ../libpsm1/libpsm_infinipath.so.1.16 $_A/libpsm_infinipath.so.1
+    if [ -e $_M/usr/lib/libpsm1/libpsm_infinipath.so.1.16 ]; then
+      _ln ../libpsm1/libpsm_infinipath.so.1.16 $_A/libpsm_infinipath.so.1; fi
     unset -f _unpack _ln
   fi
 fi
@@ -58,13 +62,17 @@ fi
 if [ -e $_M/usr/bin/orterun ]; then
   # Open MPI was built with prefix /usr and sysconfdir /etc/openmpi; OPAL_PREFIX moves bindir,
   # libdir, the plugin dir (openmpi/lib/openmpi3), pkgdatadir (help texts, mpicc's wrapper data),
-  # and the include dir mpicc passes; PMIx (prefix .../pmix2) is moved by PMIX_PREFIX.
+  # and the include dir mpicc passes. PMIx was configured with prefix /usr/lib/x86_64-linux-gnu/pmix2
+  # and literal libdir (its plugins: lib/pmix), sysconfdir/datadir (share: its mca-params.conf and
+  # help texts) and includedir, so each gets its own variable.
   export OPAL_PREFIX=$_M/usr
   export OPAL_SYSCONFDIR=$_M/etc/openmpi
-  export PMIX_PREFIX=$_A/pmix2
+  export PMIX_PREFIX=$_P PMIX_EXEC_PREFIX=$_P PMIX_LIBDIR=$_P/lib PMIX_INCLUDEDIR=$_P/include
+  export PMIX_SYSCONFDIR=$_P/share PMIX_DATADIR=$_P/share PMIX_PKGDATADIR=$_P/share/pmix
+  export PMIX_PKGLIBDIR=$_P/lib/pmix
   export PATH=$_M/usr/bin:$PATH
-  export LD_LIBRARY_PATH=$_A:$_O/lib:$_A/pmix2/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  export LIBRARY_PATH=$_A:$_O/lib${LIBRARY_PATH:+:$LIBRARY_PATH}
+  export LD_LIBRARY_PATH=$_A:$_L:$_O/lib:$_P/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export LIBRARY_PATH=$_A:$_L:$_O/lib${LIBRARY_PATH:+:$LIBRARY_PATH}
   export C_INCLUDE_PATH=$_O/include${C_INCLUDE_PATH:+:$C_INCLUDE_PATH}
   export CPLUS_INCLUDE_PATH=$_O/include${CPLUS_INCLUDE_PATH:+:$CPLUS_INCLUDE_PATH}
   export PKG_CONFIG_PATH=$_A/pkgconfig:$_O/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
@@ -76,8 +84,14 @@ if [ -e $_M/usr/bin/orterun ]; then
   export OMPI_MCA_btl_vader_single_copy_mechanism=none   # CMA needs ptrace rights containers lack
   export OMPI_MCA_btl_base_warn_component_unused=0
   export PMIX_MCA_gds=hash
+  # PMIx 4 (mpirun <-> ranks) talks TCP over 127.0.0.1: an image whose loopback is down fails with
+  # "The PMIx server's listener thread failed to start".
+  if [ -r /sys/class/net/lo/flags ] && [ $(( $(cat /sys/class/net/lo/flags) & 1 )) -eq 0 ]; then
+    if command -v ip >/dev/null && ip link set lo up 2>/dev/null; then _log "brought the loopback interface up"
+    else _log "WARNING: loopback interface is down and could not be brought up; mpirun will fail"; fi
+  fi
   if ! { [ -d /dev/shm ] && [ -w /dev/shm ]; }; then export OMPI_MCA_btl_vader_backing_directory=/tmp; fi
   _log "Open MPI $(sed -n 's/^version=//p' $_M/usr/share/openmpi/mpicc-wrapper-data.txt) in $_M: $(command -v mpicc), $(command -v mpirun)"
 fi
-unset _M _D _A _O _f _so _glibc
+unset _M _D _A _L _O _P _f _so _glibc
 unset -f _log
