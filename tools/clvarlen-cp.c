@@ -377,18 +377,33 @@ static tensor shard(run *r, const void *whole, size_t row)
     return t;
 }
 
+/* n random elements: a pool of random values (the same on every rank) laid
+ * out at shifting offsets, which fills gigabytes in a moment. */
+static void fill(void *p, clvarlen_dtype dt, size_t n, const void *pool, size_t pool_n)
+{
+    const size_t es = clvarlen_dtype_size(dt), chunk = 4096;
+    for (size_t at = 0, i = 0; at < n; at += chunk, i++) {
+        size_t m = n - at < chunk ? n - at : chunk, from = (i * 7919u) % (pool_n - chunk);
+        memcpy((char *)p + at * es, (const char *)pool + from * es, m * es);
+    }
+}
+
 /* Random inputs (the same on every rank), the whole batch's tensors and this rank's. */
 static void make_tensors(run *r)
 {
     const size_t T = (size_t)r->total, L = (size_t)r->local, es = r->es, rq = r->rq, rk = r->rk;
     const clvarlen_dtype dt = r->o.dtype;
     tu_rng g = tu_rng_make(r->o.seed * 7919u + 1);
+    const size_t pool_n = (size_t)1 << 20;
+    void *pool = xmalloc(pool_n * es);
+    tu_fill_random(&g, pool, dt, pool_n, 1.0);
     void *h[4];
     size_t rows[4] = {rq, rk, rk, rq};
     for (int i = 0; i < 4; i++) {
         h[i] = xmalloc(T * rows[i] * es);
-        tu_fill_random(&g, h[i], dt, T * rows[i], 1.0);
+        fill(h[i], dt, T * rows[i], (const char *)pool + (size_t)i * 1031 * es, pool_n - 4096);
     }
+    free(pool);
     layer *w = &r->w, *l = &r->l;
     w->q = t_new(T * rq * es, h[0]);
     w->k = t_new(T * rk * es, h[1]);
