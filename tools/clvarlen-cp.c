@@ -35,7 +35,7 @@
 
 typedef struct opts {
     const char *device;
-    int docs, hq, hk, d, iters, causal, backward;
+    int docs, hq, hk, d, iters, causal, backward, probe;
     int64_t tokens;
     uint64_t seed;
     clvarlen_dtype dtype;
@@ -90,11 +90,15 @@ static void parse(int argc, char **argv, opts *o)
             o->backward = 1;
             continue;
         }
+        if (!strcmp(a, "--probe")) {
+            o->probe = 1;
+            continue;
+        }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             if (g_rank == 0)
                 printf("usage: mpirun -np N clvarlen-cp [--device SPEC] [--docs N] [--tokens T] "
                        "[--heads-q H] [--heads-kv H] [--dim D] [--dtype bf16|f16|f32] "
-                       "[--no-causal] [--backward] [--iters K] [--seed S]\n");
+                       "[--no-causal] [--backward] [--probe] [--iters K] [--seed S]\n");
             MPI_Finalize();
             exit(0);
         }
@@ -509,6 +513,75 @@ static int check_rows(run *r, double errors[2])
     return errors[0] > tu_tolerance(r->o.dtype) || errors[1] > 1e-3;
 }
 
+/* --probe: the ceilings of the exchange on this machine, for the bytes a
+ * forward moves: MPI_Allgatherv of every rank's K|V shard between host
+ * buffers (pinned where the device is OpenCL), and the device's copies of the
+ * shard to pinned host memory and of the whole K|V back (rank 0 prints). */
+static void probe(const run *r)
+{
+    const size_t rb = 2 * r->rk * r->es; /* K|V row */
+    int *counts = xmalloc(sizeof(int) * (size_t)g_world), *displs = xmalloc(sizeof(int) * (size_t)g_world);
+    int c = (int)r->local;
+    MPI_Allgather(&c, 1, MPI_INT, counts, 1, MPI_INT, MPI_COMM_WORLD);
+    for (int k = 0, at = 0; k < g_world; k++) {
+        displs[k] = at;
+        at += counts[k];
+    }
+    MPI_Datatype row;
+    MPI_Type_contiguous((int)rb, MPI_BYTE, &row);
+    MPI_Type_commit(&row);
+    const size_t loc = (size_t)r->local * rb, all = (size_t)r->total * rb;
+    char *a = xmalloc(loc), *b = xmalloc(all);
+    memset(a, 1, loc);
+    double best_mpi = 1e30, best_d2h = 1e30, best_h2d = 1e30;
+    for (int i = 0; i < 5; i++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t = MPI_Wtime();
+        MPI_Allgatherv(a, c, row, b, counts, displs, row, MPI_COMM_WORLD);
+        t = MPI_Wtime() - t;
+        best_mpi = t < best_mpi ? t : best_mpi;
+    }
+#if CLVARLEN_HAVE_OPENCL
+    if (g_on_cl) {
+        cl_int e;
+        cl_mem pin = clCreateBuffer(g_clc, CL_MEM_ALLOC_HOST_PTR, all, NULL, &e);
+        cl_mem dev = clCreateBuffer(g_clc, CL_MEM_READ_WRITE, all, NULL, &e);
+        void *h = clEnqueueMapBuffer(g_queue, pin, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, all, 0,
+                                     NULL, NULL, &e);
+        for (int i = 0; i < 5 && h; i++) {
+            double t = MPI_Wtime();
+            clEnqueueReadBuffer(g_queue, dev, CL_TRUE, 0, loc, h, 0, NULL, NULL);
+            double t2 = MPI_Wtime();
+            clEnqueueWriteBuffer(g_queue, dev, CL_TRUE, 0, all, h, 0, NULL, NULL);
+            double t3 = MPI_Wtime();
+            best_d2h = t2 - t < best_d2h ? t2 - t : best_d2h;
+            best_h2d = t3 - t2 < best_h2d ? t3 - t2 : best_h2d;
+        }
+        if (h)
+            clEnqueueUnmapMemObject(g_queue, pin, h, 0, NULL, NULL);
+        clFinish(g_queue);
+        clReleaseMemObject(pin);
+        clReleaseMemObject(dev);
+    }
+#endif
+    double mine[3] = {best_mpi, best_d2h, best_h2d}, worst[3];
+    MPI_Reduce(mine, worst, 3, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    if (g_rank == 0) {
+        printf("probe: MPI_Allgatherv of the K|V shards (%.1f MB in all): %.3f ms, %.2f GB/s "
+               "received per rank\n",
+               all * 1e-6, worst[0] * 1e3, (double)(all - loc) / worst[0] * 1e-9);
+        if (worst[1] < 1e29)
+            printf("probe: device -> pinned host, one shard: %.2f GB/s; pinned host -> device, "
+                   "all K|V: %.2f GB/s (host-staged GPU-to-GPU path: read, MPI, write)\n",
+                   loc / worst[1] * 1e-9, all / worst[2] * 1e-9);
+    }
+    MPI_Type_free(&row);
+    free(a);
+    free(b);
+    free(counts);
+    free(displs);
+}
+
 /* Rank 0 prints every rank's line (gathered) and the summary. */
 static void report(const run *r, const clvarlen_device_info *info, double t1, const double *mine)
 {
@@ -575,6 +648,8 @@ int main(int argc, char **argv)
     double line[8] = {(double)r.local, cp_line[0], cp_line[1], cp_line[2],
                       cp_line[3], errors[0], errors[1], bad};
     report(&r, &info, t1, line);
+    if (r.o.probe)
+        probe(&r);
     free_run(&r);
     clvarlen_context_destroy(r.ctx);
     MPI_Finalize();

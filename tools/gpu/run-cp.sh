@@ -22,10 +22,11 @@ build=${BUILD:-build-gpu-mpi}
 ninja -C "$build" > "$out/build.log"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/gpu.txt" 2>/dev/null || true
 git log -1 --format=%H > "$out/commit.txt" 2>/dev/null || true
+"$build/tools/clvarlen-test" list > "$out/devices.txt" 2>&1 || true
 if [ -z "${SKIP_TEST:-}" ]; then
     for np in 2 3; do
-        mpirun -np $np "$build/tests/mpi/test-cp-mpi" "${DEVICE:-nvidia}" 2>&1 | tail -5 \
-            | tee "$out/test-np$np.log"
+        mpirun -np $np "$build/tests/mpi/test-cp-mpi" nvidia 2>&1 | tail -5 \
+            | tee "$out/test-np$np.log" || echo "test-cp-mpi -np $np failed" | tee -a "$out/test-np$np.log"
     done
 fi
 for c in ${CASES:-16:131072 64:262144}; do
@@ -34,7 +35,7 @@ for c in ${CASES:-16:131072 64:262144}; do
             # shellcheck disable=SC2086
             mpirun -np "$np" "$build/tools/clvarlen-cp" --device "${DEVICE:-nvidia}" \
                 --docs "${c%%:*}" --tokens "${c##*:}" $mode --iters "${ITERS:-5}" ${EXTRA:-} 2>&1 \
-                | tee -a "$out/cp.log"
+                | tee -a "$out/cp.log" || echo "clvarlen-cp -np $np failed" | tee -a "$out/cp.log"
         done
     done
 done
