@@ -5,13 +5,18 @@
  * packed batch (clvarlen_cp_plan / clvarlen_cp_gather with world = the
  * communicator's size and rank = the process's rank in it): for each document,
  * chunk `rank` and chunk `2W-1-rank` of its 2W chunks. A forward call
- * all-gathers the shards of K and V over the communicator (one
- * MPI_Allgatherv), puts them in global order per document, and runs attention
- * for this rank's queries against each document's full K/V with the plan's
- * positions as q_pos, so the ranks' outputs together equal the unsharded
- * attention of the whole batch. A backward call re-gathers K/V, computes dq
- * (local) and dk/dv of the whole batch's keys (f32), and sums dk/dv back to
- * the ranks that own them (one MPI_Reduce_scatter in f32).
+ * all-gathers the shards of K and V over the communicator, puts them in
+ * global order per document, and runs attention for this rank's queries
+ * against each document's full K/V with the plan's positions as q_pos, so the
+ * ranks' outputs together equal the unsharded attention of the whole batch. A
+ * backward call re-gathers K/V, computes dq (local) and dk/dv of the whole
+ * batch's keys (f32), and sums dk/dv back to the ranks that own them (in f32).
+ *
+ * The exchange: when every rank of the communicator is on one node, through
+ * MPI-3 shared-memory windows (MPI_Win_allocate_shared: each rank writes its
+ * rows once and reads the others' directly); otherwise one MPI_Allgatherv and
+ * one MPI_Reduce_scatter. CLVARLEN_MPI_SHM=0 in the environment (of any rank)
+ * keeps a one-node group on the collectives.
  *
  * This library is separate from libclvarlen (pkg-config `clvarlen-mpi`), so
  * the core library never depends on MPI. It uses the caller's communicator
@@ -75,7 +80,9 @@ typedef struct clvarlen_mpi_cp clvarlen_mpi_cp;
  * the whole batch's K and V twice over in dtype (the gathered rows and the
  * rows in global order), and for the backward the whole batch's dk and dv
  * twice over in f32 plus this rank's dq in f32; on an OpenCL context the
- * device holds the global rows and pinned host memory stages the exchange.
+ * device holds the global rows and host memory stages the exchange. On one
+ * node the shared windows hold each rank's K|V rows and its f32 dk|dv of every
+ * key (the node's shared memory: world x the whole batch's dk|dv).
  *
  * Errors: CLVARLEN_ERROR_INVALID_ARGUMENT (NULL context, handle pointer or
  * cu_seqlens, comm MPI_COMM_NULL or an intercommunicator, a params field out
@@ -138,9 +145,9 @@ CLVARLEN_API clvarlen_status clvarlen_mpi_cp_forward(clvarlen_mpi_cp *cp, const 
  * summed over every rank's queries (the gradient of this rank's keys and
  * values). bwd may be NULL (defaults); its strides describe dq, dk, dv and do
  * here; grad_f32 gives f32 gradients, else they are rounded once to dtype
- * after the sum. The ranks' sum runs in f32 in MPI_Reduce_scatter's order:
- * bitwise repeatable for the same world size and MPI library (bwd->deterministic
- * holds within a rank), not across world sizes.
+ * after the sum. The ranks' sum runs in f32: on one node in rank order (0, 1,
+ * ...), bitwise repeatable; across nodes in MPI_Reduce_scatter's order,
+ * repeatable for the same world size and MPI library. Not across world sizes.
  */
 CLVARLEN_API clvarlen_status clvarlen_mpi_cp_backward(clvarlen_mpi_cp *cp,
                                                       const clvarlen_attention_bwd_params *bwd,

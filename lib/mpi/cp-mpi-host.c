@@ -13,21 +13,55 @@
 static clvarlen_status gather_kv_host(clvarlen_mpi_cp *cp, const void *k, const void *v)
 {
     const size_t es = cp->es, rb = (size_t)cp->row_kv * es;
-    for (int64_t t = 0; t < cp->local; t++) {
-        memcpy(cp->kv_loc + (size_t)t * rb, (const char *)k + (size_t)(t * cp->k_su) * es,
-               (size_t)cp->row_k * es);
-        memcpy(cp->kv_loc + (size_t)t * rb + (size_t)cp->row_k * es,
-               (const char *)v + (size_t)(t * cp->v_su) * es, (size_t)cp->row_v * es);
-    }
-    clvarlen_status st = cpm_allgather_kv(cp, cp->kv_loc, cp->kv_all);
+    clvarlen_status st = cp->shm ? cpm_shm_kv(cp) : CLVARLEN_SUCCESS;
     if (st)
         return st;
-    if (!cp->total)
-        return CLVARLEN_SUCCESS;
-    st = clvarlen_scatter_rows(cp->ctx, cp->p.dtype, cp->row_kv, cp->kv_all, 0, cp->perm,
-                               cp->total, cp->kv_glob, cp->total, 0, CLVARLEN_SCATTER_OVERWRITE,
-                               0);
-    return st ? cpm_fail_core(st, cp->ctx, "putting K/V in global order (clvarlen_scatter_rows)") : st;
+    /* on one node, straight into this rank's part of the shared window */
+    char *loc = cp->shm ? cp->seg_kv[cp->rank] : cp->kv_loc;
+    for (int64_t t = 0; t < cp->local; t++) {
+        memcpy(loc + (size_t)t * rb, (const char *)k + (size_t)(t * cp->k_su) * es,
+               (size_t)cp->row_k * es);
+        memcpy(loc + (size_t)t * rb + (size_t)cp->row_k * es,
+               (const char *)v + (size_t)(t * cp->v_su) * es, (size_t)cp->row_v * es);
+    }
+    if (cp->shm) {
+        if ((st = cpm_shm_publish(cp, cp->win_kv)))
+            return st;
+        cpm_count_allgather(cp);
+    } else if ((st = cpm_allgather_kv(cp, cp->kv_loc, cp->kv_all))) {
+        return st;
+    }
+    /* every rank's rows into global order: one scatter, or one per rank's window */
+    for (int r = 0; r < (cp->shm ? cp->world : 1) && !st; r++) {
+        const void *src = cp->shm ? (const void *)cp->seg_kv[r] : cp->kv_all;
+        const int32_t *idx = cp->shm ? cp->perm + cp->displs[r] : cp->perm;
+        int64_t n = cp->shm ? cp->counts[r] : cp->total;
+        if (n)
+            st = clvarlen_scatter_rows(cp->ctx, cp->p.dtype, cp->row_kv, src, 0, idx, n,
+                                       cp->kv_glob, cp->total, 0, CLVARLEN_SCATTER_OVERWRITE, 0);
+    }
+    return st ? cpm_fail_core(st, cp->ctx, "putting K/V in global order (clvarlen_scatter_rows)")
+              : st;
+}
+
+/* The sum over ranks of their f32 dk|dv of this rank's keys into dkv_loc: on
+ * one node from the shared window (ranks summed in order 0, 1, ...), else
+ * MPI_Reduce_scatter. rank_order: this rank's dk|dv of every key, rank order. */
+static clvarlen_status reduce_dkv_host(clvarlen_mpi_cp *cp)
+{
+    if (!cp->shm)
+        return cpm_reduce_scatter_dkv(cp, cp->dkv_rank, cp->dkv_loc);
+    clvarlen_status st = cpm_shm_publish(cp, cp->win_dkv);
+    double t = MPI_Wtime();
+    memset(cp->dkv_loc, 0, sizeof(float) * (size_t)(cp->local * cp->row_kv));
+    for (int r = 0; r < cp->world && !st && cp->local; r++)
+        st = clvarlen_scatter_rows(cp->ctx, CLVARLEN_DTYPE_F32, cp->row_kv,
+                                   cp->seg_dkv[r] + (size_t)cp->displs[cp->rank] * (size_t)cp->row_kv,
+                                   0, cp->iota, cp->local, cp->dkv_loc, cp->local, 0,
+                                   CLVARLEN_SCATTER_ACCUMULATE, CLVARLEN_SCATTER_UNIQUE_INDICES);
+    cp->stats.exchange_seconds += MPI_Wtime() - t;
+    cpm_count_reduce_scatter(cp);
+    return st ? cpm_fail_core(st, cp->ctx, "summing dk/dv over ranks") : st;
 }
 
 /* Byte range of a strided tensor: rows of `row` elements every `stride`. */
@@ -201,6 +235,9 @@ clvarlen_status clvarlen_mpi_cp_backward(clvarlen_mpi_cp *cp,
         st = host_ws(cp, true);
     if ((st = cpm_agree(cp->comm, cp->rank, st)))
         return st;
+    /* the windows are collective: made here, where every rank is */
+    if (cp->shm && ((st = cpm_shm_kv(cp)) || (st = cpm_shm_dkv(cp))))
+        return st;
     st = gather_kv_host(cp, k, v);
     const clvarlen_attention_params *p = &cp->p;
     const int64_t row_q = (int64_t)p->heads_q * p->head_dim;
@@ -221,15 +258,17 @@ clvarlen_status clvarlen_mpi_cp_backward(clvarlen_mpi_cp *cp,
         memset(cp->dkv_glob, 0, sizeof(float) * (size_t)(cp->total * cp->row_kv));
     }
     if (!st && cp->total) {
+        /* on one node straight into this rank's part of the shared window */
+        float *rank_order = cp->shm ? cp->seg_dkv[cp->rank] : cp->dkv_rank;
         st = clvarlen_gather_rows(cp->ctx, CLVARLEN_DTYPE_F32, cp->row_kv, cp->dkv_glob,
-                                  cp->total, 0, cp->perm, cp->total, cp->dkv_rank, 0);
+                                  cp->total, 0, cp->perm, cp->total, rank_order, 0);
         if (st)
             st = cpm_fail_core(st, cp->ctx, "putting dk/dv in rank order (clvarlen_gather_rows)");
     }
     /* The reduce-scatter needs every rank: agree first, write nothing on error. */
     if ((st = cpm_agree_after(cp, st)))
         return st;
-    if ((st = cpm_reduce_scatter_dkv(cp, cp->dkv_rank, cp->dkv_loc)))
+    if ((st = reduce_dkv_host(cp)))
         return st;
     const clvarlen_dtype out = user.grad_f32 ? CLVARLEN_DTYPE_F32 : p->dtype;
     cpm_store_rows(cp->dq32, row_q, cp->local, row_q, out, dq, cpm_or_row(user.dq_stride, row_q));

@@ -53,12 +53,20 @@ struct clvarlen_mpi_cp {
     char *kv_loc, *kv_all, *kv_glob;
     float *dkv_glob, *dkv_rank, *dkv_loc, *dq32;
     clvarlen_mpi_cp_stats stats;
+    /* On one node (every rank shares memory): the exchange goes through MPI-3
+     * shared-memory windows instead of MPI collectives (cp-mpi.c, cpm_shm_*). */
+    int shm;
+    MPI_Win win_kv, win_dkv;     /* MPI_WIN_NULL until first used */
+    char **seg_kv;               /* [world]: each rank's K|V rows (its local order) */
+    float **seg_dkv;             /* [world]: each rank's f32 dk|dv of every key (rank order) */
+    int32_t *iota;               /* [local] 0, 1, ...: the reduction's index */
 #if CLVARLEN_HAVE_OPENCL
     /* device work space (cl_mem entry points) */
     cl_context cl_ctx;
     cl_command_queue queue;
     cl_mem d_kv_all, d_kv_glob, d_perm, d_cu, d_local_cu, d_pos;
     cl_mem d_dkv_glob, d_dkv_rank, d_dq32;
+    cl_mem d_iota, d_peer;       /* shm reduction: the index, every rank's slice of my rows */
     cl_mem h_kv_loc, h_kv_all, h_dkv_rank, h_dkv_loc, h_dq32; /* pinned staging */
     void *m_kv_loc, *m_kv_all, *m_dkv_rank, *m_dkv_loc, *m_dq32; /* their mappings */
 #endif
@@ -83,6 +91,17 @@ void cpm_stats_end(clvarlen_mpi_cp *cp, double t0);
 clvarlen_status cpm_allgather_kv(clvarlen_mpi_cp *cp, const void *loc, void *all);
 /** The f32 dk|dv rows of every key (rank order) summed over ranks; this rank's into loc. */
 clvarlen_status cpm_reduce_scatter_dkv(clvarlen_mpi_cp *cp, const float *rank_order, float *loc);
+
+/** The shared-memory windows of the on-node exchange (collective; allocated
+ * once, at the first call that needs them): K|V rows (local rows per rank)
+ * and f32 dk|dv (every key, per rank). */
+clvarlen_status cpm_shm_kv(clvarlen_mpi_cp *cp);
+clvarlen_status cpm_shm_dkv(clvarlen_mpi_cp *cp);
+/** The stats' bytes of the K|V all-gather and of the dk|dv reduction (either exchange). */
+void cpm_count_allgather(clvarlen_mpi_cp *cp);
+void cpm_count_reduce_scatter(clvarlen_mpi_cp *cp);
+/** Makes every rank's stores to win visible to all (sync, barrier, sync). */
+clvarlen_status cpm_shm_publish(clvarlen_mpi_cp *cp, MPI_Win win);
 
 /** *slot = malloc(bytes) unless already there or *st is an error. */
 void *cpm_alloc_ws(void **slot, size_t bytes, clvarlen_status *st);
