@@ -35,9 +35,9 @@ void cpm_free_cl_ws(clvarlen_mpi_cp *cp)
     unmap_pinned(cp, &cp->h_dkv_loc, &cp->m_dkv_loc);
     unmap_pinned(cp, &cp->h_dq32, &cp->m_dq32);
     clFinish(cp->queue);
-    cl_mem *d[] = {&cp->d_kv_all, &cp->d_kv_glob, &cp->d_perm,     &cp->d_cu,
-                   &cp->d_local_cu, &cp->d_pos, &cp->d_dkv_glob, &cp->d_dkv_rank,
-                   &cp->d_dq32, &cp->d_iota, &cp->d_peer};
+    cl_mem *d[] = {&cp->d_kv_all,  &cp->d_kv_glob, &cp->d_perm,
+                   &cp->d_cu,      &cp->d_local_cu, &cp->d_pos,
+                   &cp->d_dkv_glob, &cp->d_dkv_rank, &cp->d_dq32};
     for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
         release_mem(d[i]);
 }
@@ -121,9 +121,6 @@ static clvarlen_status cl_ws(clvarlen_mpi_cp *cp, bool backward)
         return st;
     if (!backward)
         return CLVARLEN_SUCCESS;
-    if (cp->shm && ((st = dev_buf(cp, &cp->d_iota, 4 * L, cp->iota)) ||
-                    (st = dev_buf(cp, &cp->d_peer, L * rb32, NULL))))
-        return st;
     if ((st = dev_buf(cp, &cp->d_dkv_glob, T * rb32, NULL)) ||
         (st = dev_buf(cp, &cp->d_dkv_rank, T * rb32, NULL)) ||
         (st = pinned(cp, &cp->h_dkv_rank, &cp->m_dkv_rank, T * rb32)) ||
@@ -175,37 +172,37 @@ static clvarlen_status gather_kv_cl(clvarlen_mpi_cp *cp, cl_mem k, size_t k_off,
                                     size_t v_off)
 {
     const size_t es = cp->es, rb = (size_t)cp->row_kv * es;
-    /* on one node, straight into this rank's part of the shared window */
-    char *loc = cp->shm ? cp->seg_kv[cp->rank] : (char *)cp->m_kv_loc;
+    char *loc = cp->m_kv_loc, *all = cp->m_kv_all;
     cl_int e = rect(cp, true, k, k_off, (size_t)cp->k_su * es, loc, rb, (size_t)cp->row_k * es,
                     cp->local, CL_FALSE);
     if (e == CL_SUCCESS)
         e = rect(cp, true, v, v_off, (size_t)cp->v_su * es, loc + (size_t)cp->row_k * es, rb,
                  (size_t)cp->row_v * es, cp->local, CL_TRUE);
     if (e != CL_SUCCESS)
-        return cl_fail(e, "reading this rank's K/V to host memory");
+        return cl_fail(e, "reading this rank's K/V into pinned memory");
     clvarlen_status st;
     if (cp->shm) {
-        if ((st = cpm_shm_publish(cp, cp->win_kv)))
-            return st;
+        /* pinned -> this rank's part of the shared window -> every rank's part
+         * into pinned rows in rank order: host copies with the node's threads
+         * (the device reads pageable memory at a fraction of the pinned rate) */
+        double t = MPI_Wtime();
+        st = cpm_copy_rows(cp, cp->p.dtype, cp->row_kv, loc, cp->seg_kv[cp->rank], cp->local);
+        if (!st)
+            st = cpm_shm_publish(cp, cp->win_kv);
+        for (int r = 0; r < cp->world && !st; r++)
+            st = cpm_copy_rows(cp, cp->p.dtype, cp->row_kv, cp->seg_kv[r],
+                               all + (size_t)cp->displs[r] * rb, cp->counts[r]);
+        cp->stats.exchange_seconds += MPI_Wtime() - t;
         cpm_count_allgather(cp);
-        /* every rank's rows from the window to the device, in rank order */
-        for (int r = 0; r < cp->world && e == CL_SUCCESS; r++)
-            if (cp->counts[r])
-                e = clEnqueueWriteBuffer(cp->queue, cp->d_kv_all, CL_FALSE,
-                                         (size_t)cp->displs[r] * rb, (size_t)cp->counts[r] * rb,
-                                         cp->seg_kv[r], 0, NULL, NULL);
     } else {
-        if ((st = cpm_allgather_kv(cp, cp->m_kv_loc, cp->m_kv_all)))
-            return st;
-        if (cp->total)
-            e = clEnqueueWriteBuffer(cp->queue, cp->d_kv_all, CL_FALSE, 0,
-                                     (size_t)cp->total * rb, cp->m_kv_all, 0, NULL, NULL);
+        st = cpm_allgather_kv(cp, loc, all);
     }
+    if (st || !cp->total)
+        return st;
+    e = clEnqueueWriteBuffer(cp->queue, cp->d_kv_all, CL_FALSE, 0, (size_t)cp->total * rb, all, 0,
+                             NULL, NULL);
     if (e != CL_SUCCESS)
         return cl_fail(e, "writing the gathered K/V to the device");
-    if (!cp->total)
-        return CLVARLEN_SUCCESS;
     st = clvarlen_cl_scatter_rows(cp->ctx, cp->p.dtype, cp->row_kv, cp->d_kv_all, 0, 0,
                                   cp->d_perm, 0, cp->total, cp->d_kv_glob, 0, cp->total, 0,
                                   CLVARLEN_SCATTER_OVERWRITE, CLVARLEN_SCATTER_UNIQUE_INDICES, 0,
@@ -214,39 +211,28 @@ static clvarlen_status gather_kv_cl(clvarlen_mpi_cp *cp, cl_mem k, size_t k_off,
               : st;
 }
 
-/* The sum over ranks of their f32 dk|dv of this rank's keys, into pinned
- * m_dkv_loc. On one node: each rank's slice of my rows from the shared
- * window to the device, summed there in rank order (0, 1, ...); else
- * MPI_Reduce_scatter on the pinned rows. */
+/* The sum over ranks of their f32 dk|dv of this rank's keys, from pinned
+ * m_dkv_rank (this rank's, every key, rank order) into pinned m_dkv_loc. On
+ * one node through the shared window, summed on the host in rank order (0,
+ * 1, ...); else MPI_Reduce_scatter. */
 static clvarlen_status reduce_dkv_cl(clvarlen_mpi_cp *cp)
 {
     if (!cp->shm)
         return cpm_reduce_scatter_dkv(cp, cp->m_dkv_rank, cp->m_dkv_loc);
-    clvarlen_status st = cpm_shm_publish(cp, cp->win_dkv);
-    if (st || !cp->local)
-        return st;
     double t = MPI_Wtime();
-    const size_t rb32 = (size_t)cp->row_kv * 4, slice = (size_t)cp->local * rb32;
+    clvarlen_status st = cpm_copy_rows(cp, CLVARLEN_DTYPE_F32, cp->row_kv, cp->m_dkv_rank,
+                                       cp->seg_dkv[cp->rank], cp->total);
+    if (!st)
+        st = cpm_shm_publish(cp, cp->win_dkv);
     const size_t mine = (size_t)cp->displs[cp->rank] * (size_t)cp->row_kv;
-    cl_int e = clEnqueueWriteBuffer(cp->queue, cp->d_dkv_rank, CL_FALSE, 0, slice,
-                                    cp->seg_dkv[0] + mine, 0, NULL, NULL);
-    for (int r = 1; r < cp->world && e == CL_SUCCESS && !st; r++) {
-        e = clEnqueueWriteBuffer(cp->queue, cp->d_peer, CL_FALSE, 0, slice,
-                                 cp->seg_dkv[r] + mine, 0, NULL, NULL);
-        if (e == CL_SUCCESS)
-            st = clvarlen_cl_scatter_rows(cp->ctx, CLVARLEN_DTYPE_F32, cp->row_kv, cp->d_peer, 0,
-                                          0, cp->d_iota, 0, cp->local, cp->d_dkv_rank, 0,
-                                          cp->local, 0, CLVARLEN_SCATTER_ACCUMULATE,
-                                          CLVARLEN_SCATTER_UNIQUE_INDICES, 0, NULL, NULL);
-    }
-    if (e == CL_SUCCESS && !st)
-        e = clEnqueueReadBuffer(cp->queue, cp->d_dkv_rank, CL_TRUE, 0, slice, cp->m_dkv_loc, 0,
-                                NULL, NULL);
+    if (!st)
+        st = cpm_copy_rows(cp, CLVARLEN_DTYPE_F32, cp->row_kv, cp->seg_dkv[0] + mine,
+                           cp->m_dkv_loc, cp->local);
+    for (int r = 1; r < cp->world && !st; r++)
+        st = cpm_add_rows(cp, cp->row_kv, cp->seg_dkv[r] + mine, cp->m_dkv_loc, cp->local);
     cp->stats.exchange_seconds += MPI_Wtime() - t;
     cpm_count_reduce_scatter(cp);
-    if (st)
-        return cpm_fail_core(st, cp->ctx, "summing dk/dv over ranks");
-    return e == CL_SUCCESS ? CLVARLEN_SUCCESS : cl_fail(e, "summing dk/dv over ranks");
+    return st;
 }
 
 clvarlen_status clvarlen_mpi_cp_forward_cl(clvarlen_mpi_cp *cp, cl_mem q, size_t q_offset,
@@ -432,9 +418,7 @@ clvarlen_status clvarlen_mpi_cp_backward_cl(
             st = cpm_fail_core(st, cp->ctx, "putting dk/dv in rank order (clvarlen_cl_gather_rows)");
         else if ((e = clEnqueueReadBuffer(cp->queue, cp->d_dkv_rank, CL_FALSE, 0,
                                           (size_t)cp->total * (size_t)cp->row_kv * 4,
-                                          cp->shm ? (void *)cp->seg_dkv[cp->rank]
-                                                  : cp->m_dkv_rank,
-                                          0, NULL, NULL)) != CL_SUCCESS)
+                                          cp->m_dkv_rank, 0, NULL, NULL)) != CL_SUCCESS)
             st = cl_fail(e, "reading dk/dv to pinned memory");
     }
     if (!st && cp->local &&

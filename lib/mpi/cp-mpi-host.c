@@ -37,10 +37,10 @@ static clvarlen_status gather_kv_host(clvarlen_mpi_cp *cp, const void *k, const 
         const int32_t *idx = cp->shm ? cp->perm + cp->displs[r] : cp->perm;
         int64_t n = cp->shm ? cp->counts[r] : cp->total;
         if (n)
-            st = clvarlen_scatter_rows(cp->ctx, cp->p.dtype, cp->row_kv, src, 0, idx, n,
+            st = clvarlen_scatter_rows(cp->cpu, cp->p.dtype, cp->row_kv, src, 0, idx, n,
                                        cp->kv_glob, cp->total, 0, CLVARLEN_SCATTER_OVERWRITE, 0);
     }
-    return st ? cpm_fail_core(st, cp->ctx, "putting K/V in global order (clvarlen_scatter_rows)")
+    return st ? cpm_fail_core(st, cp->cpu, "putting K/V in global order (clvarlen_scatter_rows)")
               : st;
 }
 
@@ -53,15 +53,15 @@ static clvarlen_status reduce_dkv_host(clvarlen_mpi_cp *cp)
         return cpm_reduce_scatter_dkv(cp, cp->dkv_rank, cp->dkv_loc);
     clvarlen_status st = cpm_shm_publish(cp, cp->win_dkv);
     double t = MPI_Wtime();
-    memset(cp->dkv_loc, 0, sizeof(float) * (size_t)(cp->local * cp->row_kv));
-    for (int r = 0; r < cp->world && !st && cp->local; r++)
-        st = clvarlen_scatter_rows(cp->ctx, CLVARLEN_DTYPE_F32, cp->row_kv,
-                                   cp->seg_dkv[r] + (size_t)cp->displs[cp->rank] * (size_t)cp->row_kv,
-                                   0, cp->iota, cp->local, cp->dkv_loc, cp->local, 0,
-                                   CLVARLEN_SCATTER_ACCUMULATE, CLVARLEN_SCATTER_UNIQUE_INDICES);
+    const size_t mine = (size_t)cp->displs[cp->rank] * (size_t)cp->row_kv;
+    if (!st)
+        st = cpm_copy_rows(cp, CLVARLEN_DTYPE_F32, cp->row_kv, cp->seg_dkv[0] + mine,
+                           cp->dkv_loc, cp->local);
+    for (int r = 1; r < cp->world && !st; r++)
+        st = cpm_add_rows(cp, cp->row_kv, cp->seg_dkv[r] + mine, cp->dkv_loc, cp->local);
     cp->stats.exchange_seconds += MPI_Wtime() - t;
     cpm_count_reduce_scatter(cp);
-    return st ? cpm_fail_core(st, cp->ctx, "summing dk/dv over ranks") : st;
+    return st;
 }
 
 /* Byte range of a strided tensor: rows of `row` elements every `stride`. */
@@ -260,10 +260,10 @@ clvarlen_status clvarlen_mpi_cp_backward(clvarlen_mpi_cp *cp,
     if (!st && cp->total) {
         /* on one node straight into this rank's part of the shared window */
         float *rank_order = cp->shm ? cp->seg_dkv[cp->rank] : cp->dkv_rank;
-        st = clvarlen_gather_rows(cp->ctx, CLVARLEN_DTYPE_F32, cp->row_kv, cp->dkv_glob,
+        st = clvarlen_gather_rows(cp->cpu, CLVARLEN_DTYPE_F32, cp->row_kv, cp->dkv_glob,
                                   cp->total, 0, cp->perm, cp->total, rank_order, 0);
         if (st)
-            st = cpm_fail_core(st, cp->ctx, "putting dk/dv in rank order (clvarlen_gather_rows)");
+            st = cpm_fail_core(st, cp->cpu, "putting dk/dv in rank order (clvarlen_gather_rows)");
     }
     /* The reduce-scatter needs every rank: agree first, write nothing on error. */
     if ((st = cpm_agree_after(cp, st)))

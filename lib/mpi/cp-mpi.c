@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/half.h"
 
@@ -192,6 +193,7 @@ static void free_handle(clvarlen_mpi_cp *cp)
     free(cp->seg_kv);
     free(cp->seg_dkv);
     free(cp->iota);
+    clvarlen_context_destroy(cp->cpu);
     free(cp);
 }
 
@@ -311,16 +313,51 @@ static clvarlen_status choose_exchange(clvarlen_mpi_cp *cp)
         return fail_mpi(err, "MPI_Comm_split_type");
     MPI_Comm_size(node, &node_size);
     MPI_Comm_free(&node);
+    /* the host-side row work: this node's cores shared by its ranks */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = cores > node_size ? (int)(cores / node_size) : 1;
+    clvarlen_options *opt = NULL;
+    clvarlen_status st = clvarlen_options_create(&opt);
+    if (!st && !(st = clvarlen_options_set_device(opt, "cpu")) &&
+        !(st = clvarlen_options_set_threads(opt, threads)))
+        st = clvarlen_context_create(opt, &cp->cpu);
+    clvarlen_options_destroy(opt);
+    int64_t n = cp->total > cp->local ? cp->total : cp->local;
+    if (!st && !(cp->iota = malloc(sizeof(int32_t) * (size_t)(n + 1))))
+        st = CLVARLEN_ERROR_OUT_OF_MEMORY;
+    for (int64_t i = 0; !st && i < n; i++)
+        cp->iota[i] = (int32_t)i;
+    if ((st = cpm_agree(cp->comm, cp->rank,
+                        st ? cpm_fail(st, "CP handle: the host-side CPU context (%s)",
+                                      clvarlen_status_name(st))
+                           : st)))
+        return st;
     const char *env = getenv("CLVARLEN_MPI_SHM");
     int mine = node_size == cp->world && !(env && !strcmp(env, "0")), all = 0;
     if ((err = MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, cp->comm)) != MPI_SUCCESS)
         return fail_mpi(err, "MPI_Allreduce (choosing the exchange)");
     cp->shm = all;
-    if (all && !(cp->iota = malloc(sizeof(int32_t) * (size_t)(cp->local + 1))))
-        return cpm_fail(CLVARLEN_ERROR_OUT_OF_MEMORY, "CP handle: out of host memory");
-    for (int64_t i = 0; all && i < cp->local; i++)
-        cp->iota[i] = (int32_t)i;
     return CLVARLEN_SUCCESS;
+}
+
+clvarlen_status cpm_copy_rows(clvarlen_mpi_cp *cp, clvarlen_dtype dt, int64_t row_elems,
+                              const void *src, void *dst, int64_t rows)
+{
+    clvarlen_status st = rows ? clvarlen_gather_rows(cp->cpu, dt, row_elems, src, rows, 0,
+                                                     cp->iota, rows, dst, 0)
+                              : CLVARLEN_SUCCESS;
+    return st ? cpm_fail_core(st, cp->cpu, "copying rows on the host") : st;
+}
+
+clvarlen_status cpm_add_rows(clvarlen_mpi_cp *cp, int64_t row_elems, const float *src, float *dst,
+                             int64_t rows)
+{
+    clvarlen_status st =
+        rows ? clvarlen_scatter_rows(cp->cpu, CLVARLEN_DTYPE_F32, row_elems, src, 0, cp->iota,
+                                     rows, dst, rows, 0, CLVARLEN_SCATTER_ACCUMULATE,
+                                     CLVARLEN_SCATTER_UNIQUE_INDICES)
+             : CLVARLEN_SUCCESS;
+    return st ? cpm_fail_core(st, cp->cpu, "summing rows on the host") : st;
 }
 
 /* One window of `bytes` per rank, locked for load/store for the handle's

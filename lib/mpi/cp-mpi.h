@@ -59,14 +59,16 @@ struct clvarlen_mpi_cp {
     MPI_Win win_kv, win_dkv;     /* MPI_WIN_NULL until first used */
     char **seg_kv;               /* [world]: each rank's K|V rows (its local order) */
     float **seg_dkv;             /* [world]: each rank's f32 dk|dv of every key (rank order) */
-    int32_t *iota;               /* [local] 0, 1, ...: the reduction's index */
+    int32_t *iota;               /* [max(total, local)] 0, 1, ...: row copies' index */
+    /* The CPU fallback's threads (cores / ranks on this node) for the host-side
+     * row copies and sums of the exchange, whatever device ctx computes on. */
+    clvarlen_context *cpu;
 #if CLVARLEN_HAVE_OPENCL
     /* device work space (cl_mem entry points) */
     cl_context cl_ctx;
     cl_command_queue queue;
     cl_mem d_kv_all, d_kv_glob, d_perm, d_cu, d_local_cu, d_pos;
     cl_mem d_dkv_glob, d_dkv_rank, d_dq32;
-    cl_mem d_iota, d_peer;       /* shm reduction: the index, every rank's slice of my rows */
     cl_mem h_kv_loc, h_kv_all, h_dkv_rank, h_dkv_loc, h_dq32; /* pinned staging */
     void *m_kv_loc, *m_kv_all, *m_dkv_rank, *m_dkv_loc, *m_dq32; /* their mappings */
 #endif
@@ -102,6 +104,14 @@ void cpm_count_allgather(clvarlen_mpi_cp *cp);
 void cpm_count_reduce_scatter(clvarlen_mpi_cp *cp);
 /** Makes every rank's stores to win visible to all (sync, barrier, sync). */
 clvarlen_status cpm_shm_publish(clvarlen_mpi_cp *cp, MPI_Win win);
+
+/** rows rows of row_elems elements of dt, contiguous, from src to dst, on the
+ * host with cp->cpu's threads. */
+clvarlen_status cpm_copy_rows(clvarlen_mpi_cp *cp, clvarlen_dtype dt, int64_t row_elems,
+                              const void *src, void *dst, int64_t rows);
+/** dst (rows x row_elems f32) += src, the same way. */
+clvarlen_status cpm_add_rows(clvarlen_mpi_cp *cp, int64_t row_elems, const float *src, float *dst,
+                             int64_t rows);
 
 /** *slot = malloc(bytes) unless already there or *st is an error. */
 void *cpm_alloc_ws(void **slot, size_t bytes, clvarlen_status *st);
