@@ -35,6 +35,8 @@ void cpm_free_cl_ws(clvarlen_mpi_cp *cp)
     unmap_pinned(cp, &cp->h_dkv_loc, &cp->m_dkv_loc);
     unmap_pinned(cp, &cp->h_dq32, &cp->m_dq32);
     clFinish(cp->queue);
+    free(cp->ev);
+    cp->ev = NULL;
     cl_mem *d[] = {&cp->d_kv_all,  &cp->d_kv_glob, &cp->d_perm,
                    &cp->d_cu,      &cp->d_local_cu, &cp->d_pos,
                    &cp->d_dkv_glob, &cp->d_dkv_rank, &cp->d_dq32};
@@ -119,6 +121,8 @@ static clvarlen_status cl_ws(clvarlen_mpi_cp *cp, bool backward)
         (st = pinned(cp, &cp->h_kv_loc, &cp->m_kv_loc, L * rb)) ||
         (st = pinned(cp, &cp->h_kv_all, &cp->m_kv_all, T * rb)))
         return st;
+    if (!cp->ev && !(cp->ev = calloc((size_t)cp->world, sizeof(cl_event))))
+        return cpm_fail(CLVARLEN_ERROR_OUT_OF_MEMORY, "CP handle: out of host memory");
     if (!backward)
         return CLVARLEN_SUCCESS;
     if ((st = dev_buf(cp, &cp->d_dkv_glob, T * rb32, NULL)) ||
@@ -189,20 +193,32 @@ static clvarlen_status gather_kv_cl(clvarlen_mpi_cp *cp, cl_mem k, size_t k_off,
         st = cpm_copy_rows(cp, cp->p.dtype, cp->row_kv, loc, cp->seg_kv[cp->rank], cp->local);
         if (!st)
             st = cpm_shm_publish(cp, cp->win_kv);
-        for (int r = 0; r < cp->world && !st; r++)
-            st = cpm_copy_rows(cp, cp->p.dtype, cp->row_kv, cp->seg_kv[r],
-                               all + (size_t)cp->displs[r] * rb, cp->counts[r]);
+        /* each rank's rows go to the device as soon as they are in pinned
+         * memory: the copy of the next overlaps this one's transfer */
+        for (int r = 0; r < cp->world && !st && e == CL_SUCCESS; r++) {
+            char *at = all + (size_t)cp->displs[r] * rb;
+            st = cpm_copy_rows(cp, cp->p.dtype, cp->row_kv, cp->seg_kv[r], at, cp->counts[r]);
+            if (!st && cp->counts[r])
+                e = clEnqueueWriteBuffer(cp->queue, cp->d_kv_all, CL_FALSE,
+                                         (size_t)cp->displs[r] * rb, (size_t)cp->counts[r] * rb,
+                                         at, 0, NULL, NULL);
+            if (e == CL_SUCCESS)
+                e = clFlush(cp->queue);
+        }
         cp->stats.exchange_seconds += MPI_Wtime() - t;
         cpm_count_allgather(cp);
+        if (e != CL_SUCCESS)
+            return cl_fail(e, "writing the gathered K/V to the device");
     } else {
         st = cpm_allgather_kv(cp, loc, all);
+        if (!st && cp->total)
+            e = clEnqueueWriteBuffer(cp->queue, cp->d_kv_all, CL_FALSE, 0,
+                                     (size_t)cp->total * rb, all, 0, NULL, NULL);
+        if (e != CL_SUCCESS)
+            return cl_fail(e, "writing the gathered K/V to the device");
     }
     if (st || !cp->total)
         return st;
-    e = clEnqueueWriteBuffer(cp->queue, cp->d_kv_all, CL_FALSE, 0, (size_t)cp->total * rb, all, 0,
-                             NULL, NULL);
-    if (e != CL_SUCCESS)
-        return cl_fail(e, "writing the gathered K/V to the device");
     st = clvarlen_cl_scatter_rows(cp->ctx, cp->p.dtype, cp->row_kv, cp->d_kv_all, 0, 0,
                                   cp->d_perm, 0, cp->total, cp->d_kv_glob, 0, cp->total, 0,
                                   CLVARLEN_SCATTER_OVERWRITE, CLVARLEN_SCATTER_UNIQUE_INDICES, 0,
@@ -217,11 +233,44 @@ static clvarlen_status gather_kv_cl(clvarlen_mpi_cp *cp, cl_mem k, size_t k_off,
  * 1, ...); else MPI_Reduce_scatter. */
 static clvarlen_status reduce_dkv_cl(clvarlen_mpi_cp *cp)
 {
-    if (!cp->shm)
+    const size_t rb32 = (size_t)cp->row_kv * 4;
+    if (!cp->shm) {
+        cl_int e = cp->total ? clEnqueueReadBuffer(cp->queue, cp->d_dkv_rank, CL_TRUE, 0,
+                                                   (size_t)cp->total * rb32, cp->m_dkv_rank, 0,
+                                                   NULL, NULL)
+                             : CL_SUCCESS;
+        if (e != CL_SUCCESS)
+            return cl_fail(e, "reading dk/dv to pinned memory");
         return cpm_reduce_scatter_dkv(cp, cp->m_dkv_rank, cp->m_dkv_loc);
+    }
+    /* each rank's slice to pinned memory, then into the window as soon as it
+     * is there: the copy of one overlaps the transfer of the next */
     double t = MPI_Wtime();
-    clvarlen_status st = cpm_copy_rows(cp, CLVARLEN_DTYPE_F32, cp->row_kv, cp->m_dkv_rank,
-                                       cp->seg_dkv[cp->rank], cp->total);
+    clvarlen_status st = CLVARLEN_SUCCESS;
+    cl_int e = CL_SUCCESS;
+    for (int r = 0; r < cp->world && e == CL_SUCCESS; r++) {
+        size_t off = (size_t)cp->displs[r] * rb32;
+        if (cp->counts[r])
+            e = clEnqueueReadBuffer(cp->queue, cp->d_dkv_rank, CL_FALSE, off,
+                                    (size_t)cp->counts[r] * rb32, (char *)cp->m_dkv_rank + off,
+                                    0, NULL, &cp->ev[r]);
+    }
+    if (e == CL_SUCCESS)
+        e = clFlush(cp->queue);
+    for (int r = 0; r < cp->world; r++) {
+        if (!cp->ev[r])
+            continue;
+        if (e == CL_SUCCESS)
+            e = clWaitForEvents(1, &cp->ev[r]);
+        clReleaseEvent(cp->ev[r]);
+        cp->ev[r] = NULL;
+        size_t off = (size_t)cp->displs[r] * (size_t)cp->row_kv;
+        if (e == CL_SUCCESS && !st)
+            st = cpm_copy_rows(cp, CLVARLEN_DTYPE_F32, cp->row_kv, (float *)cp->m_dkv_rank + off,
+                               cp->seg_dkv[cp->rank] + off, cp->counts[r]);
+    }
+    if (e != CL_SUCCESS)
+        return cl_fail(e, "reading dk/dv to pinned memory");
     if (!st)
         st = cpm_shm_publish(cp, cp->win_dkv);
     const size_t mine = (size_t)cp->displs[cp->rank] * (size_t)cp->row_kv;
@@ -416,10 +465,6 @@ clvarlen_status clvarlen_mpi_cp_backward_cl(
                                      0, NULL, NULL);
         if (st)
             st = cpm_fail_core(st, cp->ctx, "putting dk/dv in rank order (clvarlen_cl_gather_rows)");
-        else if ((e = clEnqueueReadBuffer(cp->queue, cp->d_dkv_rank, CL_FALSE, 0,
-                                          (size_t)cp->total * (size_t)cp->row_kv * 4,
-                                          cp->m_dkv_rank, 0, NULL, NULL)) != CL_SUCCESS)
-            st = cl_fail(e, "reading dk/dv to pinned memory");
     }
     if (!st && cp->local &&
         (e = clEnqueueReadBuffer(cp->queue, cp->d_dq32, CL_FALSE, 0, L * (size_t)row_q * 4,

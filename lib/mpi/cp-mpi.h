@@ -70,6 +70,7 @@ struct clvarlen_mpi_cp {
     cl_mem d_kv_all, d_kv_glob, d_perm, d_cu, d_local_cu, d_pos;
     cl_mem d_dkv_glob, d_dkv_rank, d_dq32;
     cl_mem h_kv_loc, h_kv_all, h_dkv_rank, h_dkv_loc, h_dq32; /* pinned staging */
+    cl_event *ev;                /* [world]: the pipelined reads of the dk|dv slices */
     void *m_kv_loc, *m_kv_all, *m_dkv_rank, *m_dkv_loc, *m_dq32; /* their mappings */
 #endif
 };
