@@ -601,8 +601,8 @@ static void report(const run *r, const clvarlen_device_info *info, double t1, co
     for (int k = 0; k < g_world; k++) {
         const double *x = all + 8 * k;
         worst = x[1] > worst ? x[1] : worst;
-        printf("rank %d: %lld tokens, %.3f ms per layer, %.3f ms in MPI, sent %.1f MB, "
-               "received %.1f MB (%.2f GB/s in MPI), rel err o %.2e, %s\n",
+        printf("rank %d: %lld tokens, %.3f ms per layer, %.3f ms in the exchange, sent %.1f MB, "
+               "received %.1f MB (%.2f GB/s in the exchange), rel err o %.2e, %s\n",
                k, (long long)x[0], x[1] * 1e3, x[2] * 1e3, x[3] * 1e-6, x[4] * 1e-6,
                x[2] > 0 ? x[4] / x[2] * 1e-9 : 0.0, x[5], x[7] ? "MISMATCH" : "ok");
         if (o->backward)

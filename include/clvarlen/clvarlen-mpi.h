@@ -110,10 +110,14 @@ CLVARLEN_API clvarlen_status clvarlen_mpi_cp_plan(const clvarlen_mpi_cp *cp,
 /** What the last forward or backward call on a handle moved and how long it took (this rank). */
 typedef struct clvarlen_mpi_cp_stats {
     uint32_t struct_size;    /**< set by the caller to sizeof(clvarlen_mpi_cp_stats) */
-    int64_t bytes_sent;      /**< bytes this rank handed to MPI (its shard, once per peer for the all-gather) */
-    int64_t bytes_received;  /**< bytes this rank received from the other ranks */
-    double exchange_seconds; /**< wall time in MPI calls (waiting for slower ranks included) */
-    double compute_seconds;  /**< wall time in clvarlen compute and device transfers */
+    /** bytes this rank's data moved to the others: its K|V shard once per peer
+     * (forward), the others' share of its dk|dv (backward) */
+    int64_t bytes_sent;
+    int64_t bytes_received;  /**< bytes of the other ranks' data this rank received */
+    /** wall time of the exchange: the MPI calls, and on one node the host copies to and
+     * from the shared window (waiting for slower ranks included) */
+    double exchange_seconds;
+    double compute_seconds;  /**< the rest: clvarlen compute and device transfers */
     double total_seconds;    /**< wall time of the whole call */
 } clvarlen_mpi_cp_stats;
 /** Copies the last call's figures (zeros before the first). stats->struct_size
