@@ -159,6 +159,53 @@ static clvarlen_status check_mem(cl_mem m, size_t offset, int64_t rows, int64_t 
     return CLVARLEN_SUCCESS;
 }
 
+/* One tensor argument of a cl_mem entry point. */
+typedef struct cl_arg {
+    cl_mem m;
+    size_t off;
+    int64_t rows, stride, row;
+    size_t es;
+    const char *name;
+    bool out;
+} cl_arg;
+
+/* The root buffer and offset of a (sub-)buffer. */
+static cl_mem root_of(cl_mem m, size_t *off)
+{
+    cl_mem parent = NULL;
+    size_t o = 0;
+    if (clGetMemObjectInfo(m, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent, &parent, NULL) ==
+            CL_SUCCESS &&
+        parent && clGetMemObjectInfo(m, CL_MEM_OFFSET, sizeof o, &o, NULL) == CL_SUCCESS) {
+        *off += o;
+        return parent;
+    }
+    return m;
+}
+
+/* Each argument present and large enough (check_mem), and no output's bytes
+ * overlapping another argument's in the same buffer (or parent buffer). */
+static clvarlen_status check_args(const cl_arg *a, size_t n)
+{
+    clvarlen_status st = CLVARLEN_SUCCESS;
+    for (size_t i = 0; i < n && !st; i++)
+        st = check_mem(a[i].m, a[i].off, a[i].rows, a[i].stride, a[i].row, a[i].es, a[i].name);
+    for (size_t i = 0; i < n && !st; i++)
+        for (size_t j = 0; j < n && !st; j++) {
+            if (i == j || !a[i].out || (a[j].out && j < i) || a[i].rows <= 0 || a[j].rows <= 0)
+                continue;
+            size_t oi = a[i].off, oj = a[j].off;
+            if (root_of(a[i].m, &oi) != root_of(a[j].m, &oj))
+                continue;
+            size_t ni = (size_t)((a[i].rows - 1) * a[i].stride + a[i].row) * a[i].es;
+            size_t nj = (size_t)((a[j].rows - 1) * a[j].stride + a[j].row) * a[j].es;
+            if (oi < oj + nj && oj < oi + ni)
+                st = cpm_fail(CLVARLEN_ERROR_INVALID_ARGUMENT, "%s overlaps %s in the same buffer",
+                              a[i].name, a[j].name);
+        }
+    return st;
+}
+
 /* Rows between a device buffer and host memory with their own pitches. */
 static cl_int rect(clvarlen_mpi_cp *cp, bool read, cl_mem m, size_t off, size_t dev_pitch,
                    void *host, size_t host_pitch, size_t row_bytes, int64_t rows, cl_bool block)
@@ -299,15 +346,15 @@ clvarlen_status clvarlen_mpi_cp_forward_cl(clvarlen_mpi_cp *cp, cl_mem q, size_t
     const int64_t os = cpm_or_row(p->o_stride, row_o);
     const size_t es = cp->es, L = (size_t)cp->local;
     clvarlen_status st = cl_ws(cp, false);
-    if (!st && (st = check_mem(q, q_offset, cp->local, cpm_or_row(p->q_stride, row_q), row_q, es, "q")) ==
-                   CLVARLEN_SUCCESS &&
-        (st = check_mem(k, k_offset, cp->local, cp->k_su, cp->row_k, es, "k")) ==
-            CLVARLEN_SUCCESS &&
-        (st = check_mem(v, v_offset, cp->local, cp->v_su, cp->row_v, es, "v")) ==
-            CLVARLEN_SUCCESS &&
-        (st = check_mem(o, o_offset, cp->local, os, row_o, es, "o")) == CLVARLEN_SUCCESS &&
-        lse)
-        st = check_mem(lse, lse_offset, p->heads_q, cp->local, cp->local, 4, "lse");
+    const cl_arg args[] = {
+        {q, q_offset, cp->local, cpm_or_row(p->q_stride, row_q), row_q, es, "q", false},
+        {k, k_offset, cp->local, cp->k_su, cp->row_k, es, "k", false},
+        {v, v_offset, cp->local, cp->v_su, cp->row_v, es, "v", false},
+        {o, o_offset, cp->local, os, row_o, es, "o", true},
+        {lse, lse_offset, lse && cp->local ? p->heads_q : 0, cp->local, cp->local, 4, "lse", true},
+    };
+    if (!st)
+        st = check_args(args, sizeof args / sizeof args[0]);
     if ((st = cpm_agree(cp->comm, cp->rank, st)))
         return st;
     /* the window is collective: made here, where every rank is */
@@ -412,26 +459,21 @@ clvarlen_status clvarlen_mpi_cp_backward_cl(
         st = cpm_check_bwd_strides(cp, &user);
     if (!st)
         st = cl_ws(cp, true);
-    struct {
-        cl_mem m;
-        size_t off;
-        int64_t rows, stride, row;
-        size_t es;
-        const char *name;
-    } bufs[] = {
-        {q, q_offset, cp->local, cpm_or_row(p->q_stride, row_q), row_q, es, "q"},
-        {k, k_offset, cp->local, cp->k_su, cp->row_k, es, "k"},
-        {v, v_offset, cp->local, cp->v_su, cp->row_v, es, "v"},
-        {o, o_offset, cp->local, cpm_or_row(p->o_stride, row_o), row_o, es, "o"},
-        {dout, do_offset, cp->local, cpm_or_row(user.do_stride, row_o), row_o, es, "do"},
-        {lse, lse_offset, p->heads_q, cp->local, cp->local, 4, "lse"},
-        {dq, dq_offset, cp->local, cpm_or_row(user.dq_stride, row_q), row_q, ges, "dq"},
-        {dk, dk_offset, cp->local, cpm_or_row(user.dk_stride, cp->row_k), cp->row_k, ges, "dk"},
-        {dv, dv_offset, cp->local, cpm_or_row(user.dv_stride, cp->row_v), cp->row_v, ges, "dv"},
+    const cl_arg args[] = {
+        {q, q_offset, cp->local, cpm_or_row(p->q_stride, row_q), row_q, es, "q", false},
+        {k, k_offset, cp->local, cp->k_su, cp->row_k, es, "k", false},
+        {v, v_offset, cp->local, cp->v_su, cp->row_v, es, "v", false},
+        {o, o_offset, cp->local, cpm_or_row(p->o_stride, row_o), row_o, es, "o", false},
+        {dout, do_offset, cp->local, cpm_or_row(user.do_stride, row_o), row_o, es, "do", false},
+        {lse, lse_offset, cp->local ? p->heads_q : 0, cp->local, cp->local, 4, "lse", false},
+        {dq, dq_offset, cp->local, cpm_or_row(user.dq_stride, row_q), row_q, ges, "dq", true},
+        {dk, dk_offset, cp->local, cpm_or_row(user.dk_stride, cp->row_k), cp->row_k, ges, "dk",
+         true},
+        {dv, dv_offset, cp->local, cpm_or_row(user.dv_stride, cp->row_v), cp->row_v, ges, "dv",
+         true},
     };
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0] && !st; i++)
-        st = check_mem(bufs[i].m, bufs[i].off, bufs[i].rows, bufs[i].stride, bufs[i].row,
-                       bufs[i].es, bufs[i].name);
+    if (!st)
+        st = check_args(args, sizeof args / sizeof args[0]);
     if ((st = cpm_agree(cp->comm, cp->rank, st)))
         return st;
     /* the windows are collective: made here, where every rank is */

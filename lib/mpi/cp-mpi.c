@@ -105,10 +105,6 @@ static bool head_dim_ok(int32_t d)
 
 static clvarlen_status check_params(const clvarlen_attention_params *p)
 {
-    if (p->struct_size < CLVARLEN_ATTENTION_PARAMS_MIN_SIZE)
-        return cpm_fail(CLVARLEN_ERROR_INVALID_ARGUMENT,
-                    "params->struct_size %u is smaller than the first released size (init it)",
-                    p->struct_size);
     if (p->dtype != CLVARLEN_DTYPE_F32 && p->dtype != CLVARLEN_DTYPE_F16 &&
         p->dtype != CLVARLEN_DTYPE_BF16)
         return cpm_fail(CLVARLEN_ERROR_UNSUPPORTED, "dtype %s: CP attention takes f32, f16 or bf16",
@@ -134,8 +130,7 @@ static clvarlen_status check_params(const clvarlen_attention_params *p)
     if (!isfinite(p->softcap) || p->softcap < 0.0f)
         return cpm_fail(CLVARLEN_ERROR_INVALID_ARGUMENT, "softcap %g: finite and >= 0",
                     (double)p->softcap);
-    if (p->struct_size >= offsetof(clvarlen_attention_params, dropout_offset) + sizeof(uint64_t) &&
-        !(p->dropout_p >= 0.0f && p->dropout_p < 1.0f))
+    if (!(p->dropout_p >= 0.0f && p->dropout_p < 1.0f))
         return cpm_fail(CLVARLEN_ERROR_INVALID_ARGUMENT, "dropout_p %g: in [0, 1)",
                     (double)p->dropout_p);
     const int64_t row_q = (int64_t)p->heads_q * p->head_dim;
@@ -202,6 +197,16 @@ static void free_handle(clvarlen_mpi_cp *cp)
 static clvarlen_status build_local(clvarlen_mpi_cp *cp, const clvarlen_attention_params *params,
                                    const int32_t *cu_seqlens, int64_t n)
 {
+    if (params->struct_size < CLVARLEN_ATTENTION_PARAMS_MIN_SIZE)
+        return cpm_fail(CLVARLEN_ERROR_INVALID_ARGUMENT,
+                        "params->struct_size %u is smaller than the first released size (init it)",
+                        params->struct_size);
+    /* the caller's struct, as long as it says it is; this library's defaults past it */
+    clvarlen_attention_params_init(&cp->p);
+    memcpy(&cp->p, params,
+           params->struct_size < sizeof cp->p ? params->struct_size : sizeof cp->p);
+    cp->p.struct_size = (uint32_t)sizeof cp->p;
+    params = &cp->p;
     clvarlen_status st = check_params(params);
     if (st)
         return st;
@@ -211,10 +216,6 @@ static clvarlen_status build_local(clvarlen_mpi_cp *cp, const clvarlen_attention
         return st;
     cp->n = n;
     cp->total = cu_seqlens[n];
-    cp->p = *params;
-    cp->p.struct_size = sizeof(clvarlen_attention_params) < params->struct_size
-                            ? (uint32_t)sizeof(clvarlen_attention_params)
-                            : params->struct_size;
     if (cp->p.head_dim_v == 0)
         cp->p.head_dim_v = cp->p.head_dim;
     cp->es = clvarlen_dtype_size(params->dtype);

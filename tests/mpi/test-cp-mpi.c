@@ -449,6 +449,20 @@ static void create_errors(clvarlen_context *ctx)
           clvarlen_status_name(st));
     st = clvarlen_mpi_cp_create(ctx, MPI_COMM_WORLD, NULL, cu, 4, &cp);
     CHECK(st == CLVARLEN_ERROR_INVALID_ARGUMENT, "NULL params");
+    /* params of the first released size (before dropout) are read as that, the
+     * rest defaults; a struct_size below it is refused */
+    pb = p;
+    pb.struct_size = (uint32_t)CLVARLEN_ATTENTION_PARAMS_MIN_SIZE;
+    pb.dropout_p = 2.0f; /* past the caller's struct: never read */
+    st = clvarlen_mpi_cp_create(ctx, MPI_COMM_WORLD, &pb, cu, 4, &cp);
+    CHECK(st == CLVARLEN_SUCCESS, "first-release params: %s", clvarlen_mpi_last_error());
+    if (st == CLVARLEN_SUCCESS)
+        clvarlen_mpi_cp_destroy(cp);
+    cp = (clvarlen_mpi_cp *)&p;
+    pb.struct_size = 3;
+    st = clvarlen_mpi_cp_create(ctx, MPI_COMM_WORLD, &pb, cu, 4, &cp);
+    CHECK(st == CLVARLEN_ERROR_INVALID_ARGUMENT && cp == (clvarlen_mpi_cp *)&p,
+          "params struct_size 3: %s", clvarlen_status_name(st));
     st = clvarlen_mpi_cp_create(ctx, MPI_COMM_NULL, &p, cu, 4, &cp);
     CHECK(st == CLVARLEN_ERROR_INVALID_ARGUMENT, "MPI_COMM_NULL");
 
@@ -536,17 +550,32 @@ static void call_errors(clvarlen_context *ctx)
     } else {
         /* a buffer too small on the last rank */
         cl_int e;
+        const size_t qb = sizeof(float) * (L * 64 + 16), kb = sizeof(float) * (L * 32 + 16);
         cl_mem tiny = clCreateBuffer(clc, CL_MEM_READ_WRITE, 16, NULL, &e);
-        cl_mem big = clCreateBuffer(clc, CL_MEM_READ_WRITE, sizeof(float) * (L * 64 + 16), NULL, &e);
-        st = clvarlen_mpi_cp_forward_cl(cp, g_rank == last ? tiny : big, 0, big, 0, big, 0, big, 0,
+        cl_mem bq = clCreateBuffer(clc, CL_MEM_READ_WRITE, qb, NULL, &e);
+        cl_mem bk = clCreateBuffer(clc, CL_MEM_READ_WRITE, kb, NULL, &e);
+        cl_mem bv = clCreateBuffer(clc, CL_MEM_READ_WRITE, kb, NULL, &e);
+        cl_mem bo = clCreateBuffer(clc, CL_MEM_READ_WRITE, qb, NULL, &e);
+        st = clvarlen_mpi_cp_forward_cl(cp, g_rank == last ? tiny : bq, 0, bk, 0, bv, 0, bo, 0,
                                         NULL, 0);
         int lt_last = g_rank == last ? (int)lt : 0, any_lt = 0;
         MPI_Allreduce(&lt_last, &any_lt, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
         if (any_lt)
             CHECK(st == CLVARLEN_ERROR_BUFFER_TOO_SMALL, "tiny q on the last rank: %s",
                   clvarlen_status_name(st));
+        /* o in q's bytes on rank 0: an error on every rank */
+        int lt0 = g_rank == 0 ? (int)lt : 0, any0 = 0;
+        MPI_Allreduce(&lt0, &any0, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        st = clvarlen_mpi_cp_forward_cl(cp, bq, 0, bk, 0, bv, 0, g_rank == 0 ? bq : bo, 0, NULL, 0);
+        if (any0)
+            CHECK(st == CLVARLEN_ERROR_INVALID_ARGUMENT && (g_rank > 0 ||
+                      strstr(clvarlen_mpi_last_error(), "overlaps") != NULL),
+                  "o overlapping q (cl_mem) on rank 0: %s", clvarlen_status_name(st));
+        clReleaseMemObject(bq);
+        clReleaseMemObject(bk);
+        clReleaseMemObject(bv);
+        clReleaseMemObject(bo);
         clReleaseMemObject(tiny);
-        clReleaseMemObject(big);
     }
 #endif
     void *all[] = {q, k, v, o, lse, dq, dk, dv};
