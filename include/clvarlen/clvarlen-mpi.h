@@ -36,10 +36,11 @@
  * Errors: the statuses of clvarlen.h, and their messages through
  * clvarlen_mpi_last_error() (per thread; the core library's messages of a
  * failed clvarlen call are copied there too). A failed MPI call is
- * CLVARLEN_ERROR_INTERNAL with MPI's error string. Nothing is written to
- * outputs when the checks fail on any rank; when the local computation fails
- * after the exchange (a device error), every rank gets an error, and ranks
- * whose own computation succeeded have written their outputs.
+ * CLVARLEN_ERROR_INTERNAL with MPI's error string (under MPI's default error
+ * handler MPI aborts first). Nothing is written to any rank's outputs when any
+ * rank's checks or local computation fail: the results go to work space, and
+ * to the outputs only after every rank has reported success (a second small
+ * MPI_Allreduce).
  *
  * SPDX-License-Identifier: MIT
  */
