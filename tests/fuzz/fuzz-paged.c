@@ -350,6 +350,10 @@ static clvarlen_status op_paged_attention_forward(fz_call *c)
     paged_must_fail(c, &p);
     int32_t dv = p.head_dim_v ? p.head_dim_v : p.head_dim;
     int64_t qrow = (int64_t)p.heads_q * p.head_dim, orow = (int64_t)p.heads_q * dv;
+    /* The strides of q and o are checked even when the tensor is NULL (no rows):
+     * fz_rows sees them only for a tensor it passes (CI 2026-11-27 found one). */
+    fz_bad_size(c, p.q_stride != 0 && p.q_stride < qrow, "q stride smaller than the row");
+    fz_bad_size(c, p.o_stride != 0 && p.o_stride < orow, "o stride smaller than the row");
     int64_t pitch = p.page_table_stride ? p.page_table_stride : p.max_pages;
     fz_i128 n_slots = (fz_i128)p.num_pages * p.page_size;
     int32_t *cu = fz_buffer(c, "cu_seqlens_q", FZ_IN,
