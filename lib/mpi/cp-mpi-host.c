@@ -115,24 +115,22 @@ static clvarlen_status host_ws(clvarlen_mpi_cp *cp, bool backward)
     const size_t rb = (size_t)cp->row_kv * cp->es, rb32 = (size_t)cp->row_kv * 4;
     const size_t row_q = (size_t)cp->p.heads_q * (size_t)cp->p.head_dim;
     const size_t row_o = (size_t)cp->p.heads_q * (size_t)cp->p.head_dim_v;
-    cpm_alloc_ws((void **)&cp->kv_loc, (size_t)cp->local * rb, &st);
-    cpm_alloc_ws((void **)&cp->kv_all, (size_t)cp->total * rb, &st);
-    cpm_alloc_ws((void **)&cp->kv_glob, (size_t)cp->total * rb, &st);
-    if (!backward) {
-        /* o and lse of this rank before the outcome is agreed (dq32's slot) */
-        cpm_alloc_ws((void **)&cp->dq32,
-                 (size_t)cp->local * (row_o * cp->es + 4 * (size_t)cp->p.heads_q) +
-                     (size_t)cp->local * row_q * 4,
-                 &st);
-        return st;
+    const size_t L = (size_t)cp->local, T = (size_t)cp->total;
+    /* the collectives' send and receive rows (on one node the shared windows serve) */
+    if (!cp->shm) {
+        cpm_alloc_ws((void **)&cp->kv_loc, L * rb, &st);
+        cpm_alloc_ws((void **)&cp->kv_all, T * rb, &st);
+        if (backward)
+            cpm_alloc_ws((void **)&cp->dkv_rank, T * rb32, &st);
     }
-    cpm_alloc_ws((void **)&cp->dkv_glob, (size_t)cp->total * rb32, &st);
-    cpm_alloc_ws((void **)&cp->dkv_rank, (size_t)cp->total * rb32, &st);
-    cpm_alloc_ws((void **)&cp->dkv_loc, (size_t)cp->local * rb32, &st);
-    cpm_alloc_ws((void **)&cp->dq32,
-             (size_t)cp->local * (row_o * cp->es + 4 * (size_t)cp->p.heads_q) +
-                 (size_t)cp->local * row_q * 4,
-             &st);
+    cpm_alloc_ws((void **)&cp->kv_glob, T * rb, &st);
+    /* the backward's f32 dq; the forward's o and lse before the outcome is agreed */
+    cpm_alloc_ws((void **)&cp->dq32, L * (row_o * cp->es + 4 * (size_t)cp->p.heads_q) +
+                                         L * row_q * 4, &st);
+    if (backward) {
+        cpm_alloc_ws((void **)&cp->dkv_glob, T * rb32, &st);
+        cpm_alloc_ws((void **)&cp->dkv_loc, L * rb32, &st);
+    }
     return st;
 }
 

@@ -171,7 +171,6 @@ static void free_host_ws(clvarlen_mpi_cp *cp)
     free(cp->dq32);
 }
 
-
 static void free_handle(clvarlen_mpi_cp *cp)
 {
     if (!cp)

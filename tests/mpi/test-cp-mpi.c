@@ -392,16 +392,23 @@ static void run_case(clvarlen_context *ctx, const tcase *c)
 }
 
 /* ---- bad input on one rank: an error on every rank, nothing written */
+
+/* The error cases' attention: f32, 2 query heads on 1 KV head, D 32, causal. */
+static void small_params(clvarlen_attention_params *p)
+{
+    clvarlen_attention_params_init(p);
+    p->dtype = CLVARLEN_DTYPE_F32;
+    p->heads_q = 2;
+    p->heads_kv = 1;
+    p->head_dim = 32;
+    p->causal = 1;
+}
+
 /* Bad input to create on one rank: an error on every rank, no handle. */
 static void create_errors(clvarlen_context *ctx)
 {
     clvarlen_attention_params p;
-    clvarlen_attention_params_init(&p);
-    p.dtype = CLVARLEN_DTYPE_F32;
-    p.heads_q = 2;
-    p.heads_kv = 1;
-    p.head_dim = 32;
-    p.causal = 1;
+    small_params(&p);
     int32_t cu[] = {0, 5, 12, 12, 19};
     clvarlen_mpi_cp *cp = (clvarlen_mpi_cp *)&p; /* must stay untouched on error */
     const int last = g_world - 1;
@@ -465,19 +472,13 @@ static void create_errors(clvarlen_context *ctx)
           "params struct_size 3: %s", clvarlen_status_name(st));
     st = clvarlen_mpi_cp_create(ctx, MPI_COMM_NULL, &p, cu, 4, &cp);
     CHECK(st == CLVARLEN_ERROR_INVALID_ARGUMENT, "MPI_COMM_NULL");
-
 }
 
 /* Bad input to the calls of a good handle: an error on every rank, nothing written. */
 static void call_errors(clvarlen_context *ctx)
 {
     clvarlen_attention_params p;
-    clvarlen_attention_params_init(&p);
-    p.dtype = CLVARLEN_DTYPE_F32;
-    p.heads_q = 2;
-    p.heads_kv = 1;
-    p.head_dim = 32;
-    p.causal = 1;
+    small_params(&p);
     int32_t cu[] = {0, 5, 12, 12, 19};
     const int last = g_world - 1;
     clvarlen_mpi_cp *cp = NULL;
