@@ -86,6 +86,76 @@ __kernel void check_paged(__global const int *cu_base, ulong cu_off, long total_
     }
 }
 
+/* The gathered form of a chunked prefill (lib/attention/paged-cl.c): each
+ * row's cache is copied into packed K/V, and the contiguous kernels run on
+ * it. paged_gather_cu writes cu_k [n + 1], the prefix sums of the cache
+ * lengths (each clamped to [0, capacity], as the paged kernels clamp them),
+ * into the scratch at byte cu_off; one work-group of at most 64 items, each
+ * summing a contiguous run of rows. */
+__kernel void paged_gather_cu(__global const int *cs_base, ulong cs_off, long n, int capacity,
+                              __global uchar *scratch, ulong cu_off)
+{
+    __local long part[64];
+    const int lid = get_local_id(0), wg = get_local_size(0);
+    __global const int *cs = CV_CPTR(int, cs_base, cs_off);
+    __global int *cu = CV_PTR(int, scratch, cu_off);
+    const long per = (n + wg - 1) / wg, lo = min(n, lid * per), hi = min(n, lo + per);
+    long sum = 0;
+    for (long i = lo; i < hi; i++)
+        sum += clamp(cs[i], 0, capacity);
+    part[lid] = sum;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid == 0) {
+        long run = 0;
+        for (int i = 0; i < wg; i++) {
+            const long s = part[i];
+            part[i] = run;
+            run += s;
+        }
+        cu[0] = 0;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    long run = part[lid];
+    for (long i = lo; i < hi; i++) {
+        run += clamp(cs[i], 0, capacity);
+        cu[i + 1] = (int)run;
+    }
+}
+
+/* Work-item (e, j, b) copies `unit` bytes (16, 4 or 2) at byte e * unit of
+ * key j's K row (the first k_units work-items) or V row (the rest, up to
+ * units) of page-table row b to packed row cu_k[b] + j of the scratch (K rows
+ * at byte k_off, V rows at v_off). Keys at or past the row's clamped cache
+ * length are skipped; page entries are clamped to [0, num_pages) as the
+ * paged kernels do (the device check reports them first when on). */
+__kernel void paged_gather(int k_units, int units, int unit, int capacity,
+                           __global const int *cs_base, ulong cs_off,
+                           __global const int *pt_base, ulong pt_off, long pt_stride,
+                           int page_size, int num_pages, __global const uchar *kc, ulong kc_off,
+                           __global const uchar *vc, ulong vc_off, __global uchar *scratch,
+                           ulong cu_off, ulong k_off, ulong v_off)
+{
+    const int e = get_global_id(0), j = get_global_id(1);
+    const long b = get_global_id(2);
+    if (e >= units || j >= clamp(CV_CPTR(int, cs_base, cs_off)[b], 0, capacity))
+        return;
+    __global const int *pt_row = CV_CPTR(int, pt_base, pt_off) + b * pt_stride;
+    const int page = clamp(pt_row[j / page_size], 0, num_pages - 1);
+    const long slot = (long)page * page_size + j % page_size;
+    const long dst = (long)CV_CPTR(int, scratch, cu_off)[b] + j;
+    const bool is_k = e < k_units;
+    const long row = (long)(is_k ? k_units : units - k_units) * unit;
+    const long at = (long)(is_k ? e : e - k_units) * unit;
+    __global const uchar *s = (is_k ? kc + kc_off : vc + vc_off) + slot * row + at;
+    __global uchar *d = scratch + (is_k ? k_off : v_off) + dst * row + at;
+    if (unit == 16)
+        *(__global uint4 *)d = *(__global const uint4 *)s;
+    else if (unit == 4)
+        *(__global uint *)d = *(__global const uint *)s;
+    else
+        *(__global ushort *)d = *(__global const ushort *)s;
+}
+
 #else /* attn_paged */
 
 #ifndef CV_DTYPE

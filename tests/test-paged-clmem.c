@@ -391,6 +391,106 @@ START_TEST(test_cl_no_opencl)
 }
 END_TEST
 
+/* Long rows through packed K/V (CLVARLEN_PAGED_TUNING gather=1: every row
+ * gathered, not only rows long enough for the automatic choice): the host and
+ * cl_mem entry points, empty rows and rows with a cache but no queries, page
+ * sizes 1, 7 and 16, strided o, no lse, the tensor-core kernel's emulated
+ * form, the device checks (nothing written), unchecked bad pages (clamped,
+ * inside the buffers), and a caller's scratch too small for the gathered rows
+ * (the paged kernels run instead, same results). */
+START_TEST(test_cl_gather)
+{
+    setenv("CLVARLEN_PAGED_TUNING", "gather=1", 1);
+    clvarlen_context *ctx = tu_cl_context();
+    pcase c = paged_base_case();
+    c.hk = 2;
+    c.mode = PM_PREFILL;
+    c.max_rows = 4;
+    c.max_lq = 90;
+    c.max_cache = 400;
+    c.causal = 1;
+    c.seed = 141;
+    paged_run_seeds(ctx, c, 1, "gather prefill f32 ps 16 causal");
+    cl_forward_case(ctx, &c, "cl gather prefill f32 ps 16 causal");
+    /* the gathered rows went through the scratch (the paged kernels' work list
+     * alone is under 4 KiB here; the rows' K and V at capacity, over 100 KiB) */
+    size_t held = 0;
+    ck_assert_int_eq(clvarlen_cl_context_scratch_bytes(ctx, &held), CLVARLEN_SUCCESS);
+    ck_assert_msg(held > 100000, "gathered prefill: %zu bytes of scratch", held);
+    c = paged_base_case();
+    c.dtype = CLVARLEN_DTYPE_BF16;
+    c.hk = 2;
+    c.page_size = 7;
+    c.mode = PM_MIXED;
+    c.max_rows = 7;
+    c.max_lq = 40;
+    c.max_cache = 200;
+    c.softcap = 2.5f;
+    c.o_pad = 8;
+    c.extra_cols = 2;
+    c.msq = MSQ_ZERO;
+    c.seed = 142;
+    cl_forward_case(ctx, &c, "cl gather mixed bf16 ps 7 softcap o stride");
+    c.no_lse = 1;
+    c.seed = 143;
+    paged_run_seeds(ctx, c, 1, "gather mixed bf16 ps 7 no lse");
+    c = paged_base_case();
+    c.dtype = CLVARLEN_DTYPE_F16;
+    c.page_size = 1;
+    c.mode = PM_PREFILL;
+    c.max_rows = 3;
+    c.max_lq = 50;
+    c.max_cache = 260;
+    c.causal = 1;
+    c.wl = 13;
+    c.wr = 4;
+    c.seed = 144;
+    cl_forward_case(ctx, &c, "cl gather prefill f16 ps 1 window (13, 4)");
+    cl_bad_inputs(ctx, 0);
+
+    /* a caller's scratch with room for the paged kernels' work list only */
+    cl_context clc = NULL;
+    ck_assert_int_eq(clvarlen_context_get_cl(ctx, &clc, NULL, NULL), CLVARLEN_SUCCESS);
+    cl_int err = CL_SUCCESS;
+    cl_mem small = clCreateBuffer(clc, CL_MEM_READ_WRITE, 4096, NULL, &err);
+    ck_assert(small != NULL);
+    ck_assert_int_eq(clvarlen_cl_context_set_scratch(ctx, small, 4096), CLVARLEN_SUCCESS);
+    c = paged_base_case();
+    c.hk = 2;
+    c.mode = PM_PREFILL;
+    c.max_rows = 3;
+    c.max_lq = 60;
+    c.max_cache = 300;
+    c.causal = 1;
+    c.seed = 145;
+    cl_forward_case(ctx, &c, "cl gather, scratch too small: paged kernels");
+    ck_assert_int_eq(clvarlen_cl_context_set_scratch(ctx, NULL, 0), CLVARLEN_SUCCESS);
+    clReleaseMemObject(small);
+    clvarlen_context_destroy(ctx);
+
+    ctx = checked_ctx();
+    cl_bad_inputs(ctx, 1);
+    clvarlen_context_destroy(ctx);
+
+    setenv("CLVARLEN_ATTENTION_KERNEL", "mma", 1);
+    ctx = tu_cl_context();
+    c = paged_base_case();
+    c.dtype = CLVARLEN_DTYPE_BF16;
+    c.hk = 2;
+    c.page_size = 16;
+    c.mode = PM_MIXED;
+    c.max_rows = 5;
+    c.max_lq = 80;
+    c.max_cache = 300;
+    c.causal = 1;
+    c.seed = 146;
+    cl_forward_case(ctx, &c, "cl gather mma bf16 mixed ps 16");
+    clvarlen_context_destroy(ctx);
+    unsetenv("CLVARLEN_ATTENTION_KERNEL");
+    unsetenv("CLVARLEN_PAGED_TUNING");
+}
+END_TEST
+
 void paged_add_cl_cases(Suite *s)
 {
     TCase *tc = tcase_create("cl_mem");
@@ -403,5 +503,9 @@ void paged_add_cl_cases(Suite *s)
     tc = tcase_create("mma");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_cl_mma);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("gather");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_cl_gather);
     suite_add_tcase(s, tc);
 }

@@ -315,27 +315,61 @@ static cl_int forward_args(cl_kernel kernel, const cv_attn_desc *d, const cv_att
     return a.err;
 }
 
+/* The query tiles of a call (capacity) and its bytes of the temp buffer: the
+ * work list, then (split calls) the f32 partials o [splits, Tq, Hq, Dv] and
+ * lse [splits, Hq, Tq] from byte part_off. */
+typedef struct attn_temp {
+    int64_t capacity, wl_ints;
+    size_t part_off, bytes;
+} attn_temp;
+
+static clvarlen_status plan_temp(clvarlen_context *ctx, const char *fn, const cv_attn_desc *d,
+                                 const attn_cfg *cfg, const cv_attn_pack *pack, attn_temp *t)
+{
+    const int splits = pack ? pack->splits : 1;
+    const int64_t units = pack ? d->heads_kv : d->heads_q; /* work-groups per tile */
+    /* Tiles: sum ceil(L_s R / BM) <= (Tq R + N (BM - 1)) / BM, R rows per query;
+     * one per sequence when each fits a tile. */
+    t->capacity = pack && pack->one_tile ? d->n_seqs
+                                         : (d->total_q * cfg->row_mult +
+                                            d->n_seqs * (cfg->block_m - 1)) /
+                                               cfg->block_m;
+    t->wl_ints = 2 + 2 * t->capacity + d->n_seqs + 1;
+    if (t->wl_ints > INT32_MAX || t->capacity * units * splits > ((int64_t)1 << 40))
+        return cv_error(ctx, CLVARLEN_ERROR_OVERFLOW, "%s: %lld query tiles are too many", fn,
+                        (long long)t->capacity);
+    t->part_off = ((size_t)t->wl_ints * 4 + 255) / 256 * 256;
+    const uint64_t part_rows = (uint64_t)d->total_q * (uint64_t)d->heads_q * (uint64_t)splits;
+    t->bytes = t->part_off +
+               (size_t)(splits > 1 ? part_rows * ((uint64_t)d->head_dim_v + 1) * 4 : 0);
+    return CLVARLEN_SUCCESS;
+}
+
+clvarlen_status cv_attn_cl_forward_temp(clvarlen_context *ctx, const char *fn,
+                                        const cv_attn_desc *d, const cv_attn_mem *m,
+                                        const cv_attn_pack *pack, size_t *bytes)
+{
+    attn_cfg cfg;
+    attn_temp t;
+    clvarlen_status st = choose_cfg(ctx, fn, d, m, pack, &cfg);
+    if (st == CLVARLEN_SUCCESS && (st = plan_temp(ctx, fn, d, &cfg, pack, &t)) == CLVARLEN_SUCCESS)
+        *bytes = t.bytes;
+    return st;
+}
+
 clvarlen_status cv_attn_cl_forward(cv_chain *c, const char *fn, const cv_attn_desc *d,
                                    const cv_attn_mem *m, const cv_attn_pack *pack)
 {
     clvarlen_context *ctx = c->ctx;
     attn_cfg cfg;
+    attn_temp t;
     clvarlen_status st = choose_cfg(ctx, fn, d, m, pack, &cfg);
-    if (st != CLVARLEN_SUCCESS)
+    if (st != CLVARLEN_SUCCESS || (st = plan_temp(ctx, fn, d, &cfg, pack, &t)) != CLVARLEN_SUCCESS)
         return st;
     const int splits = pack ? pack->splits : 1;
     const int64_t units = pack ? d->heads_kv : d->heads_q; /* work-groups per tile */
-
-    /* Tiles: sum ceil(L_s R / BM) <= (Tq R + N (BM - 1)) / BM, R rows per query;
-     * one per sequence when each fits a tile. */
     const bool one_tile = pack && pack->one_tile;
-    int64_t capacity =
-        one_tile ? d->n_seqs
-                 : (d->total_q * cfg.row_mult + d->n_seqs * (cfg.block_m - 1)) / cfg.block_m;
-    int64_t wl_ints = 2 + 2 * capacity + d->n_seqs + 1;
-    if (wl_ints > INT32_MAX || capacity * units * splits > ((int64_t)1 << 40))
-        return cv_error(ctx, CLVARLEN_ERROR_OVERFLOW, "%s: %lld query tiles are too many", fn,
-                        (long long)capacity);
+    const int64_t capacity = t.capacity;
 
     const char *name = cfg.mma ? "attn_fwd_mma" : "attn_fwd";
     cl_kernel build = NULL, attn = NULL;
@@ -345,14 +379,11 @@ clvarlen_status cv_attn_cl_forward(cv_chain *c, const char *fn, const cv_attn_de
                             &attn)) != CLVARLEN_SUCCESS)
         return st;
 
-    /* The work list, then (split calls) the f32 partials o [splits, Tq, Hq,
-     * Dv] and lse [splits, Hq, Tq], in the context's temp buffer (no
+    /* The work list and the partials in the context's temp buffer (no
      * per-call allocation). */
-    const size_t part_off = ((size_t)wl_ints * 4 + 255) / 256 * 256;
-    const uint64_t part_rows = (uint64_t)d->total_q * (uint64_t)d->heads_q * (uint64_t)splits;
-    const uint64_t part_bytes = splits > 1 ? part_rows * ((uint64_t)d->head_dim_v + 1) * 4 : 0;
+    const size_t part_off = t.part_off;
     cl_mem wl = NULL;
-    if ((st = cv_temp(ctx, part_off + (size_t)part_bytes, &wl)) != CLVARLEN_SUCCESS)
+    if ((st = cv_temp(ctx, t.bytes, &wl)) != CLVARLEN_SUCCESS)
         return st;
 
     cl_int err = CL_SUCCESS;

@@ -78,6 +78,12 @@ bool cv_attn_use_mma(const clvarlen_context *ctx, const cv_attn_desc *d, const c
 clvarlen_status cv_attn_cl_forward(cv_chain *c, const char *fn, const cv_attn_desc *d,
                                    const cv_attn_mem *m, const cv_attn_pack *pack);
 
+/** The bytes of the context's temp buffer cv_attn_cl_forward(d, m, pack) uses, from byte 0
+ * (the work list and a split call's partials); the rest of the buffer is left alone. */
+clvarlen_status cv_attn_cl_forward_temp(clvarlen_context *ctx, const char *fn,
+                                        const cv_attn_desc *d, const cv_attn_mem *m,
+                                        const cv_attn_pack *pack, size_t *bytes);
+
 /** The host-memory forward on an OpenCL context; outputs are written only on success.
  * Paged (d->page_size > 0): k, v are the caches, cu_k cache_seqlens, q_pos NULL. */
 clvarlen_status cv_attn_cl_forward_host(clvarlen_context *ctx, const char *fn,

@@ -4,7 +4,9 @@
  * reads each key once for all query heads of its KV head and splits a row's
  * keys over work-groups when rows x KV heads cannot fill the device (the f32
  * partials then go through attn_merge); longer rows (chunked prefill) run the
- * tiled kernels of attention-cl.c built with -DCV_PAGED.
+ * tiled kernels of attention-cl.c built with -DCV_PAGED, or, when the rows
+ * are long enough, those kernels' packed form on the caches gathered into
+ * packed K/V (gather_forward).
  */
 #include "attention/attention-cl.h"
 
@@ -116,7 +118,8 @@ static bool use_decode_kernel(const cv_attn_desc *d)
  * work-item per step, 64 and 4), wave (the work-groups per compute unit
  * automatic splitting aims for, 4), splits (forces the split count of a call
  * with num_splits 0), pack, ppack (the packed tensor-core kernel for decode
- * and for longer rows, 1 and 0) and pbn (its keys per tile, 64). */
+ * and for longer rows, 1 and 0), pbn (its keys per tile, 64) and gather (long
+ * rows through packed K/V: -1 automatic, 0 never, 1 when the scratch fits). */
 static int tuning_knob(const char *name, int fallback)
 {
     return cv_attn_knob("CLVARLEN_PAGED_TUNING", name, fallback);
@@ -286,11 +289,170 @@ static cl_int decode_args(cl_kernel kernel, const cv_attn_desc *d, const cv_attn
     return a.err;
 }
 
+/* Chunked prefill through packed K/V: when the rows are long, each row's
+ * cache is gathered into the context's scratch (paged_gather_cu, paged_gather
+ * of the AUX program) and the contiguous kernels run on it, as fast as a
+ * packed call: the tiled kernels built with -DCV_PAGED pay a page lookup per
+ * key and registers for it (0.88x of the packed speed on an H100 at chunk
+ * 2048 over a 16384-token cache, docs/PERFORMANCE.md), while the gather costs
+ * one read and one write of each row's K/V rows. Each gathered key serves
+ * every query row of its KV head, so the gather pays when those are many: an
+ * average of CV_PAGED_GATHER_ROWS queries x query heads per KV head and row
+ * (chunk 512 at 4 query heads per KV head: the copy is then about 6% of the
+ * attention's time on an H100). CLVARLEN_PAGED_TUNING gather=0 never
+ * gathers, gather=1 always does (when the scratch fits). */
+#define CV_PAGED_GATHER_ROWS 2048
+
+static bool want_gather(const cv_attn_desc *d)
+{
+    const int g = tuning_knob("gather", -1);
+    if (g >= 0)
+        return g > 0;
+    const int64_t group = d->heads_q / d->heads_kv;
+    return d->total_q * group >= CV_PAGED_GATHER_ROWS * d->n_seqs;
+}
+
+/* The scratch the gathered form may take: the caller's buffer as it is, or up
+ * to an eighth of the device's memory within one allocation's limit. */
+static uint64_t gather_limit(const clvarlen_context *ctx)
+{
+    if (ctx->temp_user)
+        return ctx->temp_bytes;
+    cl_ulong max_alloc = 0;
+    if (clGetDeviceInfo(ctx->cl_dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof max_alloc, &max_alloc,
+                        NULL) != CL_SUCCESS)
+        max_alloc = 0;
+    return CV_MIN(ctx->device.global_mem_bytes / 8, (uint64_t)max_alloc);
+}
+
+static size_t round256(size_t x)
+{
+    return (x + 255) / 256 * 256;
+}
+
+/* The gathered form on the chain; *done false (nothing enqueued) when its
+ * scratch does not fit or cannot be had: the caller runs the paged kernels.
+ * Scratch layout: the contiguous forward's own use from byte 0, then cu_k
+ * [n + 1], the K rows [n * capacity bound, Hk, D] and the V rows. */
+static clvarlen_status gather_forward(cv_chain *c, const char *fn, const cv_attn_desc *d,
+                                      const cv_attn_mem *m, bool *done)
+{
+    clvarlen_context *ctx = c->ctx;
+    *done = false;
+    const int64_t tokens = d->n_seqs * d->total_k; /* every row at its capacity, at most */
+    if (tokens > INT32_MAX)
+        return CLVARLEN_SUCCESS;
+    const size_t es = cv_dtype_size(d->dtype);
+    const size_t k_row = (size_t)d->heads_kv * (size_t)d->head_dim * es;
+    const size_t v_row = (size_t)d->heads_kv * (size_t)d->head_dim_v * es;
+    cv_attn_desc g = *d;
+    g.page_size = 0;
+    g.max_pages = 0;
+    g.num_pages = 0;
+    g.pt_stride = 0;
+    g.num_splits = 0;
+    g.total_k = tokens;
+    g.k_stride = (int64_t)d->heads_kv * d->head_dim;
+    g.v_stride = (int64_t)d->heads_kv * d->head_dim_v;
+    g.max_seqlen_k = (int32_t)d->total_k;
+    cv_attn_mem gm = *m;
+    gm.pt = NULL;
+    gm.pt_off = gm.k_off = gm.v_off = gm.cu_k_off = 0; /* 256-byte aligned, as placed below */
+    size_t fwd = 0;
+    clvarlen_status st = cv_attn_cl_forward_temp(ctx, fn, &g, &gm, NULL, &fwd);
+    if (st != CLVARLEN_SUCCESS)
+        return st;
+    const size_t cu_off = round256(fwd);
+    const size_t k_off = round256(cu_off + (size_t)(d->n_seqs + 1) * 4);
+    const size_t v_off = round256(k_off + (size_t)tokens * k_row);
+    const size_t bytes = v_off + (size_t)tokens * v_row;
+    if ((uint64_t)bytes > gather_limit(ctx)) {
+        cv_log(ctx, CLVARLEN_LOG_INFO,
+               "%s: %zu bytes of scratch for the gathered prefill are too many; running the "
+               "paged kernels",
+               fn, bytes);
+        return CLVARLEN_SUCCESS;
+    }
+    cl_kernel kcu = NULL, kg = NULL;
+    if ((st = aux_kernel(ctx, "paged_gather_cu", &kcu)) != CLVARLEN_SUCCESS ||
+        (st = aux_kernel(ctx, "paged_gather", &kg)) != CLVARLEN_SUCCESS)
+        return st;
+    cl_mem scr = NULL;
+    if (cv_temp(ctx, bytes, &scr) != CLVARLEN_SUCCESS) {
+        cv_log(ctx, CLVARLEN_LOG_INFO,
+               "%s: no scratch for the gathered prefill; running the paged kernels", fn);
+        cv_clear_error(ctx);
+        return CLVARLEN_SUCCESS;
+    }
+    cl_long n = d->n_seqs;
+    cl_int capacity = (cl_int)d->total_k;
+    cl_ulong cs_off = m->cu_k_off, cuo = cu_off;
+    cv_args a = cv_args_begin(kcu);
+    CV_ARG(a, m->cu_k);
+    CV_ARG(a, cs_off);
+    CV_ARG(a, n);
+    CV_ARG(a, capacity);
+    CV_ARG(a, scr);
+    CV_ARG(a, cuo);
+    if (a.err != CL_SUCCESS)
+        return cv_cl_check(ctx, a.err, "clSetKernelArg(paged_gather_cu)");
+    size_t one = 64;
+    if ((st = cv_chain_run(c, kcu, "paged_gather_cu", 1, &one, &one)) != CLVARLEN_SUCCESS)
+        return st;
+
+    /* 16-byte moves when every row and cache offset allows (D is a multiple of 16). */
+    const bool wide = (k_row | v_row) % 16 == 0 && (m->k_off | m->v_off) % 16 == 0;
+    cl_int unit = wide ? 16 : (cl_int)es;
+    cl_int k_units = (cl_int)(k_row / (size_t)unit), units = k_units + (cl_int)(v_row / (size_t)unit);
+    cl_ulong pt_off = m->pt_off, kc_off = m->k_off, vc_off = m->v_off, ko = k_off, vo = v_off;
+    cl_long pt_stride = d->pt_stride;
+    cl_int page_size = d->page_size, num_pages = (cl_int)d->num_pages;
+    a = cv_args_begin(kg);
+    CV_ARG(a, k_units);
+    CV_ARG(a, units);
+    CV_ARG(a, unit);
+    CV_ARG(a, capacity);
+    CV_ARG(a, m->cu_k);
+    CV_ARG(a, cs_off);
+    CV_ARG(a, m->pt);
+    CV_ARG(a, pt_off);
+    CV_ARG(a, pt_stride);
+    CV_ARG(a, page_size);
+    CV_ARG(a, num_pages);
+    CV_ARG(a, m->k);
+    CV_ARG(a, kc_off);
+    CV_ARG(a, m->v);
+    CV_ARG(a, vc_off);
+    CV_ARG(a, scr);
+    CV_ARG(a, cuo);
+    CV_ARG(a, ko);
+    CV_ARG(a, vo);
+    if (a.err != CL_SUCCESS)
+        return cv_cl_check(ctx, a.err, "clSetKernelArg(paged_gather)");
+    size_t local[3] = {64, 1, 1};
+    size_t global[3] = {((size_t)units + 63) / 64 * 64, (size_t)d->total_k, (size_t)d->n_seqs};
+    if ((st = cv_chain_run(c, kg, "paged_gather", 3, global, local)) != CLVARLEN_SUCCESS)
+        return st;
+
+    gm.k = gm.v = gm.cu_k = scr;
+    gm.cu_k_off = cu_off;
+    gm.k_off = k_off;
+    gm.v_off = v_off;
+    *done = true;
+    return cv_attn_cl_forward(c, fn, &g, &gm, NULL);
+}
+
 clvarlen_status cv_paged_cl_forward(cv_chain *c, const char *fn, const cv_attn_desc *d,
                                     const cv_attn_mem *m)
 {
     clvarlen_context *ctx = c->ctx;
     const bool decode = use_decode_kernel(d);
+    if (!decode && want_gather(d)) {
+        bool done = false;
+        clvarlen_status st = gather_forward(c, fn, d, m, &done);
+        if (st != CLVARLEN_SUCCESS || done)
+            return st;
+    }
     if (cv_attn_use_mma(ctx, d, m) && d->heads_q > d->heads_kv &&
         tuning_knob(decode ? "pack" : "ppack", decode ? 1 : 0)) {
         /* Tensor cores with the group's query heads packed into the tile rows:

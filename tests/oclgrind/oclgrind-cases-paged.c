@@ -5,7 +5,9 @@
  * that reads an unused entry or a row of another page shows up as an
  * out-of-bounds access or a mismatch with the CPU fallback.
  * CLVARLEN_ATTENTION_KERNEL=mma runs the NVIDIA kernels (the packed
- * tensor-core kernel and attn_paged_nv) in their emulated forms.
+ * tensor-core kernel and attn_paged_nv) in their emulated forms;
+ * CLVARLEN_PAGED_TUNING=gather=1 the gathered prefill (paged_gather_cu,
+ * paged_gather, then the packed kernels).
  */
 #include "oclgrind-cases.h"
 
@@ -19,6 +21,7 @@ enum {
     PG_CLMEM = 8,   /* the cl_mem entry point with device checks */
     PG_PS1 = 16,    /* page size 1 (else 3) */
     PG_MHA = 32,    /* heads_kv = heads_q (else GQA 2:1) */
+    PG_GATHER = 64, /* rows gathered into packed K/V first (CLVARLEN_PAGED_TUNING gather=1) */
 };
 
 #define PG_ROWS 3
@@ -130,6 +133,8 @@ static int case_paged(oc_run *r, const oc_case *c)
         goto out;
     if (c->c & PG_MMA)
         setenv("CLVARLEN_ATTENTION_KERNEL", "mma", 1);
+    if (c->c & PG_GATHER)
+        setenv("CLVARLEN_PAGED_TUNING", "gather=1", 1);
     clvarlen_status st[2];
     if (c->c & PG_CLMEM)
         st[0] = paged_clmem(r, &b);
@@ -137,6 +142,7 @@ static int case_paged(oc_run *r, const oc_case *c)
         st[0] = clvarlen_paged_attention_forward(r->dev, &b.p, b.q, b.kc, b.vc, b.cuq, b.pt,
                                                  b.cs, b.o[0], b.lse[0]);
     unsetenv("CLVARLEN_ATTENTION_KERNEL");
+    unsetenv("CLVARLEN_PAGED_TUNING");
     st[1] = clvarlen_paged_attention_forward(r->cpu, &b.p, b.q, b.kc, b.vc, b.cuq, b.pt, b.cs,
                                              b.o[1], b.lse[1]);
     if (oc_status(r, "paged_attention_forward", st[0], st[1], CLVARLEN_SUCCESS))
@@ -221,6 +227,8 @@ const oc_case oc_paged_cases[] = {
     {"paged-mma-decode-f16-d16-mha-split-clmem", case_paged, F16, 16,
      PG_MMA | PG_MHA | PG_SPLIT | PG_CLMEM},
     {"paged-mma-prefill-bf16-d16-ps1", case_paged, BF16, 16, PG_MMA | PG_PREFILL | PG_PS1},
+    {"paged-gather-prefill-f16-d16-clmem", case_paged, F16, 16, PG_GATHER | PG_PREFILL | PG_CLMEM},
+    {"paged-mma-gather-prefill-bf16-d16", case_paged, BF16, 16, PG_MMA | PG_GATHER | PG_PREFILL},
     {"kv-append-f32-bf16", case_append, F32, BF16, 16},
     {"kv-append-bf16-bf16", case_append, BF16, BF16, 16},
     {"kv-append-f16-f32-d5", case_append, F16, F32, 5},

@@ -384,13 +384,17 @@ out:
 int bench_paged_attention(clvarlen_context *dev, const ct_options *opt, double copy_gbps)
 {
     /* decode 64 x 4096 (page 16, then sglang's page 1), 4 x 32768 (too few rows x
-     * heads to fill a GPU: split-KV), verify 64 x 4 drafts, one 2048-token chunk */
+     * heads to fill a GPU: split-KV), verify 64 x 4 drafts, one chunk of 2048 (512,
+     * 256) tokens */
     static const pshape gpu[] = {
         {"paged-decode-p16", MODE_DECODE, 64, 4096, 1, 16},
         {"paged-decode-p1", MODE_DECODE, 64, 4096, 1, 1},
         {"paged-decode-split", MODE_DECODE, 4, 32768, 1, 16},
         {"paged-verify", MODE_VERIFY, 64, 4096, 4, 16},
         {"paged-prefill", MODE_PREFILL, 1, 16384, 2048, 16},
+        /* shorter chunks, either side of the gathered form's threshold */
+        {"paged-prefill-c512", MODE_PREFILL, 1, 16384, 512, 16},
+        {"paged-prefill-c256", MODE_PREFILL, 1, 16384, 256, 16},
     };
     static const pshape small[] = {
         {"paged-decode-p16", MODE_DECODE, 8, 1024, 1, 16},
