@@ -198,7 +198,14 @@ CLVARLEN_API clvarlen_status clvarlen_cl_gen_seq_lens(clvarlen_context *context,
  *   attention backward         4 Hq Tq + max(Tq, Tk) / 2 + 12 N + 512
  *   paged attention            8 Tq (Hq / Hk) / BM + 12 N + 256, plus 4 s Tq Hq (Dv + 1)
  *                              with s key splits (num_splits, or the automatic
- *                              choice, at most 256)
+ *                              choice, at most 256); a chunked prefill whose rows
+ *                              average 512 or more queries x query heads per KV
+ *                              head gathers each row's cache into packed K/V:
+ *                              the attention forward's bytes, 4 N + 4, and
+ *                              e N C Hk (D + Dv) with C = max_pages page_size
+ *                              tokens and e bytes per element, taken only when
+ *                              that fits an eighth of the device's memory (or
+ *                              the caller's buffer), else the paged kernels run
  *   gated delta rule, chunked  at most 512 MiB (larger batches run in head groups),
  *                              0 when the buffer cannot be had (the fused kernel runs)
  *   segment ops                64 + 4 rows of the output for unpack and scatter with
@@ -304,7 +311,9 @@ CLVARLEN_API clvarlen_status clvarlen_cl_kv_cache_append(
  * on tensor cores (rows of a few queries with the query heads of a KV head
  * packed into one tile, so each key is read once per KV head); other NVIDIA
  * f16/bf16 decode calls run a register kernel with shuffles, and every other
- * case the portable kernels.
+ * case the portable kernels. Long rows (chunked prefill; see the scratch
+ * above) are gathered into packed K/V in the scratch first and run the
+ * packed attention kernels, on every device.
  */
 CLVARLEN_API clvarlen_status clvarlen_cl_paged_attention_forward(
     clvarlen_context *context, const clvarlen_paged_params *params, cl_mem q, size_t q_offset,

@@ -293,15 +293,17 @@ static cl_int decode_args(cl_kernel kernel, const cv_attn_desc *d, const cv_attn
  * cache is gathered into the context's scratch (paged_gather_cu, paged_gather
  * of the AUX program) and the contiguous kernels run on it, as fast as a
  * packed call: the tiled kernels built with -DCV_PAGED pay a page lookup per
- * key and registers for it (0.88x of the packed speed on an H100 at chunk
- * 2048 over a 16384-token cache, docs/PERFORMANCE.md), while the gather costs
- * one read and one write of each row's K/V rows. Each gathered key serves
- * every query row of its KV head, so the gather pays when those are many: an
- * average of CV_PAGED_GATHER_ROWS queries x query heads per KV head and row
- * (chunk 512 at 4 query heads per KV head: the copy is then about 6% of the
- * attention's time on an H100). CLVARLEN_PAGED_TUNING gather=0 never
- * gathers, gather=1 always does (when the scratch fits). */
-#define CV_PAGED_GATHER_ROWS 2048
+ * key and registers for it, while the gather costs one read and one write of
+ * each row's K/V rows (about 60 us for a 16384-token cache at Hk 8, D 128,
+ * bf16 on an H100). Each gathered key serves every query row of its KV head,
+ * so the gather pays when those are many: an average of CV_PAGED_GATHER_ROWS
+ * queries x query heads per KV head and row. Measured on an H100 (bf16, Hq
+ * 32, Hk 8, D 128, one row over a 16384-token cache, page 16; x contiguous
+ * K/V, docs/PERFORMANCE.md): chunk 2048 0.96-0.99 gathered against 0.88-0.89
+ * paged, 512 0.93 / 0.89-0.90, 256 0.89 / 0.78-0.79, 128 0.91 / 0.78-0.79.
+ * CLVARLEN_PAGED_TUNING gather=0 never gathers, gather=1 always does (when
+ * the scratch fits). */
+#define CV_PAGED_GATHER_ROWS 512
 
 static bool want_gather(const cv_attn_desc *d)
 {

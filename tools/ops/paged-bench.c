@@ -385,7 +385,7 @@ int bench_paged_attention(clvarlen_context *dev, const ct_options *opt, double c
 {
     /* decode 64 x 4096 (page 16, then sglang's page 1), 4 x 32768 (too few rows x
      * heads to fill a GPU: split-KV), verify 64 x 4 drafts, one chunk of 2048 (512,
-     * 256) tokens */
+     * 256, 128) tokens */
     static const pshape gpu[] = {
         {"paged-decode-p16", MODE_DECODE, 64, 4096, 1, 16},
         {"paged-decode-p1", MODE_DECODE, 64, 4096, 1, 1},
@@ -395,6 +395,7 @@ int bench_paged_attention(clvarlen_context *dev, const ct_options *opt, double c
         /* shorter chunks, either side of the gathered form's threshold */
         {"paged-prefill-c512", MODE_PREFILL, 1, 16384, 512, 16},
         {"paged-prefill-c256", MODE_PREFILL, 1, 16384, 256, 16},
+        {"paged-prefill-c128", MODE_PREFILL, 1, 16384, 128, 16},
     };
     static const pshape small[] = {
         {"paged-decode-p16", MODE_DECODE, 8, 1024, 1, 16},
