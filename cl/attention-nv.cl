@@ -23,6 +23,18 @@
  *
  * -D: CV_DTYPE (CV_DT_F16 or CV_DT_BF16), HEAD_DIM (multiple of 16, <= 128),
  * BLOCK_M (a multiple of 16), BLOCK_N (a multiple of 16), Q_SMEM (optional).
+ *
+ * -DCV_WGMMA (with -DCV_SM90A=1 on the device: Hopper, built through the
+ * loader's PTX patch step): the two products on wgmma (cl/nv-wgmma.clh)
+ * instead of mma.sync, the same algorithm around them. BLOCK_M 64 (the
+ * work-group is one warpgroup, warp w owning rows 16 w .., as above), BLOCK_N
+ * 64, HEAD_DIM 64 or 128, Q in registers (its fragments are wgmma's register
+ * A operand, as P's are), packed K/V only. K and V tiles are staged by
+ * cp.async as core matrices (8 rows of 16 bytes, 128 contiguous bytes; no
+ * padding, no swizzle) that the tensor cores read by descriptor: S = Q K^T
+ * with K as the K-major operand, O += P V with V as the N-major one.
+ * attn_wgmma_check runs the same staging and products on known data: the
+ * host checks it once before the form is used (lib/attention/attention-cl.c).
  */
 
 #ifndef CV_DTYPE
@@ -55,7 +67,17 @@
 #define NT_O (HEAD_DIM / 8)          /* n8 tiles of O */
 #define CPR (HEAD_DIM / 8)           /* 16-byte chunks per row */
 #define Q_ELEMS (BLOCK_M * SROW)
-#define KV_ELEMS (2 * BLOCK_N * SROW)
+#ifdef CV_WGMMA
+#if BLOCK_M != 64 || BLOCK_N != 64 || (HEAD_DIM != 64 && HEAD_DIM != 128) || defined(Q_SMEM) ||  \
+    defined(CV_PAGED) || defined(CV_GQA_PACK)
+#error "CV_WGMMA: BLOCK_M 64, BLOCK_N 64, HEAD_DIM 64 or 128, Q in registers, packed K/V"
+#endif
+#define CM_ROW (CPR * 64)          /* elements between 8-row groups of a K or V tile */
+#define KV_TILE (BLOCK_N * HEAD_DIM) /* a K or V tile as core matrices, unpadded */
+#else
+#define KV_TILE (BLOCK_N * SROW)
+#endif
+#define KV_ELEMS (2 * KV_TILE)
 #ifndef Q_SMEM
 #define Q_IN_REGS 1
 #define SMEM_ELEMS (Q_ELEMS > KV_ELEMS ? Q_ELEMS : KV_ELEMS)
@@ -69,6 +91,7 @@
 /* The warp-wide operations (ldmatrix, mma.sync, cp.async, shuffles) and
  * their emulated form: cl/nv-mma.clh, spliced in here by the kernel loader. */
 // clvarlen-include: nv-mma.clh
+// clvarlen-include: nv-wgmma.clh
 
 /* Stages rows ROWEXPR(rr_) for rr_ = 0 .. nrows - 1 of a token-major tensor
  * (this head's HEAD_DIM elements at column offset col0) into `dst` rows
@@ -110,6 +133,21 @@
 #define STAGE_KEYS_LOCAL(dst, base, buf, nrows, stride, col0)                                   \
     STAGE_ROWS_OF(dst, BLOCK_N, base,                                                          \
                   (long)krow_l[(buf) * BLOCK_N + rr_] * (stride) + (col0), nrows)
+#elif defined(CV_WGMMA)
+/* Keys j0 + r as core matrices: row r, 16-byte chunk ch at element
+ * (r / 8) CM_ROW + 64 ch + 8 (r % 8). Eight consecutive work-items take
+ * eight rows of one chunk, so each eight write 128 contiguous bytes. */
+#define STAGE_KEYS(dst, ROWS, base, j0, nrows, stride, col0)                                    \
+    do {                                                                                       \
+        for (int e_ = lid; e_ < (ROWS) * CPR; e_ += WG_SIZE) {                                 \
+            const int r_ = (e_ & 7) + ((e_ / (8 * CPR)) << 3), ch_ = (e_ >> 3) % CPR;          \
+            const bool ok_ = r_ < (nrows);                                                     \
+            const int rr_ = ok_ ? r_ : 0;                                                      \
+            const size_t el_ = (size_t)(KV_ROW((j0) + rr_) * (stride) + (col0)) + (size_t)ch_ * 8; \
+            cp_async16((dst) + (r_ >> 3) * CM_ROW + ch_ * 64 + (r_ & 7) * 8, (base) + el_ * 2,  \
+                       ok_ ? 16 : 0);                                                          \
+        }                                                                                      \
+    } while (0)
 #else
 #define STAGE_KEYS(dst, ROWS, base, j0, nrows, stride, col0)                                    \
     STAGE_ROWS_OF(dst, ROWS, base, KV_ROW((j0) + rr_) * (stride) + (col0), nrows)
@@ -149,7 +187,9 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
                   float scale_log2, float scale, float softcap, int causal, int window_left,
                   int window_right, __global const int *flag CV_PAGED_ARGS CV_PACK_ARGS)
 {
-    __local ushort smem[SMEM_ELEMS] __attribute__((aligned(16)));
+    /* 128-byte aligned: wgmma descriptors drop the low 4 address bits, and an
+     * unaligned array gave wrong sums on an H100 (../shared/gpu/README.md) */
+    __local ushort smem[SMEM_ELEMS] __attribute__((aligned(128)));
     __local int range[4];
 #ifdef CV_PAGED
     __local int krow_l[2 * BLOCK_N];
@@ -268,7 +308,7 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
 #endif
 
     __local ushort *Ks = smem + KV_BASE;
-    __local ushort *Vs = Ks + BLOCK_N * SROW;
+    __local ushort *Vs = Ks + KV_TILE;
     float4 oacc[WARP_MT][NT_O];
     float m[2 * WARP_MT], l[2 * WARP_MT];
     UNROLL
@@ -324,6 +364,7 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
         }
 #endif
         cp_async_wait_all();
+        fence_proxy_async(); /* the tensor cores (wgmma) read what cp.async wrote */
         barrier(CLK_LOCAL_MEM_FENCE); /* K ready; everyone is done with the last V */
 #ifdef CV_PAGED
         STAGE_KEYS_LOCAL(Vs, vb, cur, nvalid, v_stride, kvh * HEAD_DIM);
@@ -344,6 +385,15 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
             UNROLL
             for (int n = 0; n < NT_S; n++)
                 s[mt][n] = (float4)(0.0f);
+#ifdef CV_WGMMA
+        /* K as the K-major operand: k (head dim) steps 16 elements = 2 chunks
+         * (256 bytes), core matrices 128 bytes apart along k, CM_ROW apart along n */
+#if HEAD_DIM == 128
+        WG_RS(64, 8, 0, s[0], qf, Ks, 128, CM_ROW * 2, 256);
+#else
+        WG_RS(64, 4, 0, s[0], qf, Ks, 128, CM_ROW * 2, 256);
+#endif
+#else
         UNROLL
         for (int ks = 0; ks < KSTEPS; ks++) {
             uint4 a[WARP_MT];
@@ -366,6 +416,7 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
                 }
             }
         }
+#endif
 
         /* Scores (unscaled when folding, else in base 2); keys outside a row's
          * range are -inf. A block that every row sees in full (the interior of
@@ -446,6 +497,7 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
             KEY_ROWS_STORE(cur ^ 1, knext);
 #endif
         cp_async_wait_all();
+        fence_proxy_async();
         barrier(CLK_LOCAL_MEM_FENCE); /* V ready; everyone is done with K */
         if (blk + 1 < nblocks) {
 #ifdef CV_PAGED
@@ -457,6 +509,15 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
 #endif
             cp_async_commit();
         }
+#ifdef CV_WGMMA
+        /* V as the N-major operand: k (key) steps 16 rows = 2 groups, groups
+         * CM_ROW apart along k, core matrices 128 bytes apart along n */
+#if HEAD_DIM == 128
+        WG_RS(128, 4, 1, oacc[0], pa[0], Vs, CM_ROW * 2, 128, 4 * CM_ROW);
+#else
+        WG_RS(64, 4, 1, oacc[0], pa[0], Vs, CM_ROW * 2, 128, 4 * CM_ROW);
+#endif
+#else
         UNROLL
         for (int kk = 0; kk < BLOCK_N / 16; kk++) {
             UNROLL
@@ -470,6 +531,7 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
                 }
             }
         }
+#endif
 #ifdef CV_PAGED
         cur ^= 1;
 #endif
@@ -518,3 +580,79 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
             CV_PTR(float, lse, lse_off)[hr * total_q + tok] = lv;
     }
 }
+
+#ifdef CV_WGMMA
+/* The check of the wgmma form, run once before the form is used (see the
+ * header): one work-group of 128 computes S = Q K^T (64 x 64) and O = P V
+ * (64 x HEAD_DIM) through attn_fwd_mma's staging and products. in holds the
+ * 16-bit operands row-major: Q, K, V [64][HEAD_DIM], then P [64][64]; out
+ * receives S [64][64] and then O [64][HEAD_DIM] as f32. */
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1)))
+void attn_wgmma_check(__global const uchar *in, __global float *out)
+{
+    __local ushort smem[SMEM_ELEMS] __attribute__((aligned(128)));
+    EMU_DECL
+#ifndef CV_NV_PTX
+    __local uint *emu = emu_scratch;
+#endif
+    const int lid = get_local_id(0);
+    const int warp = lid >> 5, lane = lid & 31, g = lane >> 2, t4 = lane & 3;
+    const int k0 = 0; /* KV_ROW */
+    const size_t tile = (size_t)64 * HEAD_DIM * 2;
+    STAGE_ROWS(smem, BLOCK_M, in, 0, BLOCK_M, HEAD_DIM, 0);
+    cp_async_commit();
+    cp_async_wait_all();
+    barrier(CLK_LOCAL_MEM_FENCE);
+    uint4 qf[KSTEPS];
+    UNROLL
+    for (int ks = 0; ks < KSTEPS; ks++)
+        qf[ks] = ldsm_x4(smem + (warp * 16 + (lane & 15)) * SROW + ks * 16 + (lane >> 4) * 8);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    __local ushort *Ks = smem, *Vs = smem + KV_TILE;
+    STAGE_KEYS(Ks, BLOCK_N, in + tile, 0, BLOCK_N, HEAD_DIM, 0);
+    STAGE_KEYS(Vs, BLOCK_N, in + 2 * tile, 0, BLOCK_N, HEAD_DIM, 0);
+    cp_async_commit();
+    cp_async_wait_all();
+    fence_proxy_async();
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    float4 s[NT_S], oacc[NT_O];
+    UNROLL
+    for (int n = 0; n < NT_S; n++)
+        s[n] = (float4)(0.0f);
+    UNROLL
+    for (int n = 0; n < NT_O; n++)
+        oacc[n] = (float4)(0.0f);
+#if HEAD_DIM == 128
+    WG_RS(64, 8, 0, s, qf, Ks, 128, CM_ROW * 2, 256);
+#else
+    WG_RS(64, 4, 0, s, qf, Ks, 128, CM_ROW * 2, 256);
+#endif
+    /* P's A fragments straight from global memory (rows r0 and r0 + 8) */
+    __global const uint *pw = (__global const uint *)(in + 3 * tile);
+    const int r0 = warp * 16 + g;
+    uint4 pa[BLOCK_N / 16];
+    UNROLL
+    for (int kk = 0; kk < BLOCK_N / 16; kk++)
+        pa[kk] = (uint4)(pw[(r0 * 64 + kk * 16 + 2 * t4) / 2],
+                         pw[((r0 + 8) * 64 + kk * 16 + 2 * t4) / 2],
+                         pw[(r0 * 64 + kk * 16 + 8 + 2 * t4) / 2],
+                         pw[((r0 + 8) * 64 + kk * 16 + 8 + 2 * t4) / 2]);
+#if HEAD_DIM == 128
+    WG_RS(128, 4, 1, oacc, pa, Vs, CM_ROW * 2, 128, 4 * CM_ROW);
+#else
+    WG_RS(64, 4, 1, oacc, pa, Vs, CM_ROW * 2, 128, 4 * CM_ROW);
+#endif
+    UNROLL
+    for (int n = 0; n < NT_S; n++) {
+        vstore2((float2)(s[n].x, s[n].y), 0, out + r0 * 64 + n * 8 + 2 * t4);
+        vstore2((float2)(s[n].z, s[n].w), 0, out + (r0 + 8) * 64 + n * 8 + 2 * t4);
+    }
+    __global float *ob = out + 64 * 64;
+    UNROLL
+    for (int n = 0; n < NT_O; n++) {
+        vstore2((float2)(oacc[n].x, oacc[n].y), 0, ob + r0 * HEAD_DIM + n * 8 + 2 * t4);
+        vstore2((float2)(oacc[n].z, oacc[n].w), 0, ob + (r0 + 8) * HEAD_DIM + n * 8 + 2 * t4);
+    }
+}
+#endif /* CV_WGMMA */

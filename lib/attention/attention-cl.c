@@ -9,6 +9,7 @@
  * bound on the tile count), and surplus work-groups exit at once.
  */
 #include "attention/attention-cl.h"
+#include "core/half.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,19 +24,25 @@ typedef struct attn_cfg {
     char options[256];
 } attn_cfg;
 
-/* CLVARLEN_ATTENTION_KERNEL=portable|mma overrides the automatic choice (for
- * tests and comparisons); "mma" on a device that is not NVIDIA runs the
- * tensor-core kernel's emulated form, which checks its fragment logic. */
+/* CLVARLEN_ATTENTION_KERNEL=portable|mma|wgmma overrides the automatic choice
+ * (for tests and comparisons): "mma" the tensor-core kernel with mma.sync,
+ * "wgmma" its wgmma form wherever the shapes allow (on NVIDIA, Hopper only).
+ * On a device that is not NVIDIA both run the emulated forms, which check
+ * their fragment logic and (wgmma) the local-memory layouts. */
+enum { FORCE_NONE = 0, FORCE_PORTABLE = 1, FORCE_MMA = 2, FORCE_WGMMA = 3 };
+
 static int kernel_override(void)
 {
     const char *e = getenv("CLVARLEN_ATTENTION_KERNEL");
     if (!e || !*e)
-        return 0;
+        return FORCE_NONE;
     if (strcmp(e, "portable") == 0)
-        return 1;
+        return FORCE_PORTABLE;
     if (strcmp(e, "mma") == 0)
-        return 2;
-    return 0;
+        return FORCE_MMA;
+    if (strcmp(e, "wgmma") == 0)
+        return FORCE_WGMMA;
+    return FORCE_NONE;
 }
 
 static bool is_nvidia_mma(const clvarlen_context *ctx)
@@ -74,7 +81,139 @@ int cv_attn_knob(const char *var, const char *name, int fallback)
 bool cv_attn_mma_device(const clvarlen_context *ctx)
 {
     int force = kernel_override();
-    return force == 2 || (force == 0 && is_nvidia_mma(ctx));
+    return force == FORCE_MMA || force == FORCE_WGMMA || (force == FORCE_NONE && is_nvidia_mma(ctx));
+}
+
+/* ------------------------------------------------------------ the wgmma form */
+
+/* Whether a forward call takes the wgmma form of the tensor-core kernel: not
+ * packed (decode), not paged, head dim 64 or 128; automatically on NVIDIA
+ * devices of compute capability 9.x (Hopper: sm_90a), or where forced. */
+static bool wgmma_shape(const cv_attn_desc *d, const cv_attn_pack *pack)
+{
+    return !pack && d->page_size == 0 && (d->head_dim == 64 || d->head_dim == 128);
+}
+
+static bool wgmma_wanted(const clvarlen_context *ctx)
+{
+    const int force = kernel_override();
+    if (force == FORCE_WGMMA)
+        return true;
+    return force == FORCE_NONE && is_nvidia_mma(ctx) && ctx->device.cc_major == 9 &&
+           cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "wgmma", 1) != 0;
+}
+
+/* A value of the check's operands: a small multiple of 1/8, so that every
+ * product and sum is exact in f32 and each operand exact in f16 and bf16. */
+static float check_value(uint32_t i)
+{
+    uint32_t h = i * 2654435761u;
+    h ^= h >> 15;
+    return (float)((int)(h % 9u) - 4) * 0.125f;
+}
+
+/* Runs attn_wgmma_check of the program built with `options` and compares its
+ * S = Q K^T and O = P V with exact sums. Returns CLVARLEN_SUCCESS when they
+ * agree bit for bit; otherwise an error whose message says what differed
+ * (the build failed, the run failed, or the first wrong element). */
+static clvarlen_status wgmma_check(clvarlen_context *ctx, const cv_attn_desc *d,
+                                   const char *options)
+{
+    cl_kernel k = NULL;
+    clvarlen_status st = cv_get_kernel(ctx, "attention-nv.cl", options, "attn_wgmma_check", &k);
+    if (st != CLVARLEN_SUCCESS)
+        return st;
+    const int D = d->head_dim, M = 64;
+    const size_t n_in = (size_t)3 * M * D + (size_t)M * M, n_out = (size_t)M * M + (size_t)M * D;
+    uint16_t *in = malloc(n_in * sizeof *in);
+    float *vals = malloc(n_in * sizeof *vals), *out = malloc(n_out * sizeof *out);
+    cl_mem bin = NULL, bout = NULL;
+    if (!in || !vals || !out) {
+        st = cv_error(ctx, CLVARLEN_ERROR_OUT_OF_MEMORY, "wgmma check: out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < n_in; i++) {
+        vals[i] = check_value((uint32_t)i + 17u);
+        in[i] = d->dtype == CLVARLEN_DTYPE_F16 ? cv_float_to_half(vals[i])
+                                               : cv_float_to_bf16(vals[i]);
+    }
+    if ((st = cv_buffer(ctx, n_in * sizeof *in, in, &bin)) != CLVARLEN_SUCCESS ||
+        (st = cv_buffer(ctx, n_out * sizeof *out, NULL, &bout)) != CLVARLEN_SUCCESS)
+        goto done;
+    cv_args a = cv_args_begin(k);
+    CV_ARG(a, bin);
+    CV_ARG(a, bout);
+    if (a.err != CL_SUCCESS) {
+        st = cv_cl_check(ctx, a.err, "clSetKernelArg(attn_wgmma_check)");
+        goto done;
+    }
+    size_t wg = 128;
+    cl_int err = clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &wg, &wg, 0, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        st = cv_cl_check(ctx, err, "clEnqueueNDRangeKernel(attn_wgmma_check)");
+        goto done;
+    }
+    if ((st = cv_read(ctx, bout, 0, n_out * sizeof *out, out, 0, NULL)) != CLVARLEN_SUCCESS)
+        goto done;
+    const float *q = vals, *kk = vals + (size_t)M * D, *v = vals + (size_t)2 * M * D;
+    const float *p = vals + (size_t)3 * M * D;
+    for (int r = 0; r < M && st == CLVARLEN_SUCCESS; r++) {
+        for (int c = 0; c < M + D; c++) {
+            double want = 0.0;
+            if (c < M)
+                for (int e = 0; e < D; e++)
+                    want += (double)q[r * D + e] * kk[c * D + e];
+            else
+                for (int e = 0; e < M; e++)
+                    want += (double)p[r * M + e] * v[e * D + (c - M)];
+            const float got = c < M ? out[r * M + c] : out[(size_t)M * M + (size_t)r * D + (c - M)];
+            if ((double)got != want) {
+                st = cv_error(ctx, CLVARLEN_ERROR_KERNEL_BUILD,
+                              "wgmma check: %s[%d][%d] = %.9g, want %.9g", c < M ? "S" : "O",
+                              r, c < M ? c : c - M, (double)got, want);
+                break;
+            }
+        }
+    }
+done:
+    cv_release(&bin);
+    cv_release(&bout);
+    free(in);
+    free(vals);
+    free(out);
+    return st;
+}
+
+/* The wgmma form's state for this call's dtype and head dim: built and checked
+ * on first use (once per context); a failure is logged and the mma.sync form
+ * runs instead, unless the form was forced (then the error is returned). */
+static clvarlen_status wgmma_ready(clvarlen_context *ctx, const char *fn, const cv_attn_desc *d,
+                                   const char *options, bool *ok)
+{
+    int *state = &ctx->attn_wgmma[d->dtype == CLVARLEN_DTYPE_F16 ? 0 : 1][d->head_dim == 64 ? 0 : 1];
+    if (*state == 0) {
+        clvarlen_status st = wgmma_check(ctx, d, options);
+        if (st == CLVARLEN_SUCCESS) {
+            *state = 1;
+            cv_log(ctx, CLVARLEN_LOG_INFO, "attention: the wgmma form passed its check [%s]",
+                   options);
+        } else {
+            *state = -1;
+            if (kernel_override() == FORCE_WGMMA)
+                return st; /* the message says why */
+            cv_log(ctx, CLVARLEN_LOG_INFO,
+                   "%s: the wgmma form is not used on this device (%s); running mma.sync", fn,
+                   clvarlen_last_error(ctx));
+            cv_clear_error(ctx);
+        }
+    }
+    if (*state < 0 && kernel_override() == FORCE_WGMMA)
+        return cv_error(ctx, CLVARLEN_ERROR_UNSUPPORTED,
+                        "%s: CLVARLEN_ATTENTION_KERNEL=wgmma, but the wgmma form failed its "
+                        "check on this device earlier",
+                        fn);
+    *ok = *state > 0;
+    return CLVARLEN_SUCCESS;
 }
 
 bool cv_attn_use_mma(const clvarlen_context *ctx, const cv_attn_desc *d, const cv_attn_mem *m)
@@ -101,6 +240,26 @@ static clvarlen_status mma_cfg(clvarlen_context *ctx, const char *fn, const cv_a
         bm = pack->block_m;
         bn = pack->block_n;
         q_smem = 0;
+    }
+    if (wgmma_shape(d, pack) && wgmma_wanted(ctx)) {
+        /* one warpgroup of 64 rows, 64-key tiles, Q in registers (cl/attention-nv.cl) */
+        const bool nv = ctx->device.vendor == CLVARLEN_VENDOR_NVIDIA;
+        char options[sizeof cfg->options];
+        snprintf(options, sizeof options,
+                 "-DCV_DTYPE=%d -DHEAD_DIM=%d -DBLOCK_M=64 -DBLOCK_N=64 -DCV_WGMMA=1%s",
+                 cv_dtype_kernel_code(d->dtype), (int)d->head_dim,
+                 nv ? " -DCV_NV_PTX=1 " CV_SM90A_OPTION : "");
+        bool ok = false;
+        clvarlen_status st = wgmma_ready(ctx, fn, d, options, &ok);
+        if (st != CLVARLEN_SUCCESS)
+            return st;
+        if (ok) {
+            cfg->block_m = 64;
+            cfg->block_n = 64;
+            cfg->wg = 128;
+            memcpy(cfg->options, options, sizeof options);
+            return CLVARLEN_SUCCESS;
+        }
     }
     /* Local memory: the Q tile and the K and V tiles, rows padded by 8
      * elements; with Q in registers its space is reused for K and V. */

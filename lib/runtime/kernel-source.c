@@ -6,6 +6,7 @@
  * CLVARLEN_ERROR_OUT_OF_MEMORY, never "kernel not found".
  */
 #include "runtime/runtime.h"
+#include "runtime/ptx-patch.h"
 
 #if CLVARLEN_HAVE_OPENCL
 
@@ -369,6 +370,65 @@ static void dump_source(clvarlen_context *ctx, const char *file, const char *opt
         cv_log(ctx, CLVARLEN_LOG_INFO, "CLVARLEN_SOURCE_DUMP: %s not written", path);
 }
 
+/* Programs built with CV_SM90A_OPTION (runtime.h): the PTX of the sm_90 build
+ * goes through the patch step (ptx-patch.c: its marked sm_90a instructions
+ * turned on, the target made sm_90a) and is built again from that text; *p
+ * is replaced on success, released on failure. The cache then stores the
+ * patched binary, so a later start loads it as it is. */
+static clvarlen_status rebuild_sm90a(clvarlen_context *ctx, const char *file, const char *options,
+                                     cl_program *p)
+{
+    size_t bsize = 0;
+    unsigned char *bin = NULL;
+    cl_int err = clGetProgramInfo(*p, CL_PROGRAM_BINARY_SIZES, sizeof bsize, &bsize, NULL);
+    if (err == CL_SUCCESS && bsize > 0 && (bin = malloc(bsize)) != NULL) {
+        unsigned char *bins[] = {bin};
+        err = clGetProgramInfo(*p, CL_PROGRAM_BINARIES, sizeof bins, bins, NULL);
+    }
+    clReleaseProgram(*p);
+    *p = NULL;
+    if (err != CL_SUCCESS || bsize == 0 || !bin) {
+        free(bin);
+        return err != CL_SUCCESS ? cv_cl_check(ctx, err, "clGetProgramInfo(binary)")
+                                 : cv_error(ctx, CLVARLEN_ERROR_KERNEL_BUILD,
+                                            "%s [%s]: no program binary to patch", file, options);
+    }
+    char *ptx = NULL;
+    size_t ptx_size = 0;
+    cv_ptx_patch_result r = cv_ptx_patch_sm90a((const char *)bin, bsize, &ptx, &ptx_size);
+    free(bin);
+    if (r != CV_PTX_PATCHED)
+        return cv_error(ctx, r == CV_PTX_NO_MEMORY ? CLVARLEN_ERROR_OUT_OF_MEMORY
+                                                   : CLVARLEN_ERROR_KERNEL_BUILD,
+                        "%s [%s]: PTX patch for sm_90a: %s", file, options,
+                        cv_ptx_patch_message(r));
+    const unsigned char *bins[] = {(const unsigned char *)ptx};
+    size_t len = ptx_size; /* as the route was measured (../shared/gpu/probes) */
+    cl_int bin_status = CL_SUCCESS;
+    cl_program q = clCreateProgramWithBinary(ctx->cl_ctx, 1, &ctx->cl_dev, &len, bins,
+                                             &bin_status, &err);
+    free(ptx);
+    if (err == CL_SUCCESS && bin_status != CL_SUCCESS)
+        err = bin_status;
+    if (err == CL_SUCCESS)
+        err = clBuildProgram(q, 1, &ctx->cl_dev, options, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        char *log = q ? build_log(ctx, q) : NULL;
+        if (q)
+            clReleaseProgram(q);
+        clvarlen_status st = cv_error(ctx, CLVARLEN_ERROR_KERNEL_BUILD,
+                                      "%s [%s]: the sm_90a build of the patched PTX failed "
+                                      "(%s):\n%s",
+                                      file, options, cv_cl_error_name(err),
+                                      log ? log : "(no build log)");
+        free(log);
+        return st;
+    }
+    cv_log(ctx, CLVARLEN_LOG_INFO, "patched %s [%s] for sm_90a", file, options);
+    *p = q;
+    return CLVARLEN_SUCCESS;
+}
+
 static clvarlen_status build_program(clvarlen_context *ctx, const char *file, const char *options,
                                      cl_program *out)
 {
@@ -407,6 +467,11 @@ static clvarlen_status build_program(clvarlen_context *ctx, const char *file, co
         return st;
     }
     cv_log(ctx, CLVARLEN_LOG_INFO, "compiled %s/%s [%s]", dir, file, options);
+    if (strstr(options, CV_SM90A_OPTION) && (st = rebuild_sm90a(ctx, file, options, &p)) !=
+                                                CLVARLEN_SUCCESS) {
+        free(source);
+        return st;
+    }
     if (ctx->base.log_level >= CLVARLEN_LOG_DEBUG) { /* e.g. register use, with -cl-nv-verbose */
         char *log = build_log(ctx, p);
         if (log && log[strspn(log, " \t\r\n")])

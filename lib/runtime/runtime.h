@@ -111,6 +111,9 @@ struct clvarlen_context {
     int gdn_blas_refused;      /* CLBlast or the kernels around it failed for the portable
                                 * chunked path: the fused portable kernel from then on */
     int exact_div;             /* f32 divide is correctly rounded (CL_DEVICE_SINGLE_FP_CONFIG) */
+    /* The attention forward's wgmma form (sm_90a) per [f16, bf16] x [head dim 64, 128]:
+     * 0 not tried, 1 built and its check passed, -1 refused (the mma.sync form runs). */
+    int attn_wgmma[2][2];
     /* Work space of the ops' command chains (cv_temp): kept across calls
      * because releasing a buffer that queued kernels still use blocks on some
      * drivers; grown on demand, freed by clvarlen_context_destroy. */
@@ -146,8 +149,11 @@ clvarlen_status cv_cl_check(clvarlen_context *ctx, cl_int err, const char *what)
  * from the in-memory cache, else the on-disk binary cache, else the source
  * (lib/kernel-source.c). The kernel is owned by the context; it may be used
  * until the context is destroyed. Build failures return
- * CLVARLEN_ERROR_KERNEL_BUILD with the build log in the message.
+ * CLVARLEN_ERROR_KERNEL_BUILD with the build log in the message. Options
+ * containing CV_SM90A_OPTION build for sm_90a through the PTX patch step
+ * (lib/runtime/ptx-patch.c): NVIDIA Hopper devices only.
  */
+#define CV_SM90A_OPTION "-DCV_SM90A=1"
 clvarlen_status cv_get_kernel(clvarlen_context *ctx, const char *file, const char *options,
                               const char *name, cl_kernel *kernel);
 

@@ -1,0 +1,118 @@
+/* The loader's PTX patch step (ptx-patch.h). NVIDIA's OpenCL program
+ * binaries are PTX text; its compiler targets sm_90 on a Hopper device, where
+ * ptxas rejects wgmma. A kernel therefore writes those instructions as
+ * comments behind CV_PTX_MARKER, the sm_90 build succeeds, and this step
+ * removes the markers and retargets the text to sm_90a; the driver then
+ * builds the patched text with clCreateProgramWithBinary (kernel-source.c),
+ * and the program cache stores the patched binary. Measured on an H100:
+ * ../shared/gpu/README.md, "Hopper tensor cores (wgmma) from OpenCL".
+ */
+#include "runtime/ptx-patch.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool name_char(char c)
+{
+    return c == '_' || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+/* Where the target name of the first `.target` directive starts, or NULL
+ * when there is none or it names neither sm_90 nor sm_90a (*already: it is
+ * sm_90a). A directive begins a line, after blanks. */
+static const char *find_target(const char *s, size_t n, bool *already)
+{
+    static const char dir[] = ".target";
+    for (size_t i = 0; i < n; i++) {
+        if (i > 0 && s[i - 1] != '\n')
+            continue;
+        size_t j = i;
+        while (j < n && (s[j] == ' ' || s[j] == '\t'))
+            j++;
+        if (n - j < sizeof dir - 1 || memcmp(s + j, dir, sizeof dir - 1) != 0)
+            continue;
+        j += sizeof dir - 1;
+        if (j < n && name_char(s[j]))
+            continue; /* e.g. .targetx */
+        while (j < n && (s[j] == ' ' || s[j] == '\t'))
+            j++;
+        size_t e = j;
+        while (e < n && name_char(s[e]))
+            e++;
+        if (e - j == 5 && memcmp(s + j, "sm_90", 5) == 0) {
+            *already = false;
+            return s + j;
+        }
+        if (e - j == 6 && memcmp(s + j, "sm_90a", 6) == 0) {
+            *already = true;
+            return s + j;
+        }
+        return NULL;
+    }
+    return NULL;
+}
+
+cv_ptx_patch_result cv_ptx_patch_sm90a(const char *in, size_t n, char **out, size_t *out_n)
+{
+    *out = NULL;
+    *out_n = 0;
+    const char *nul = memchr(in, '\0', n);
+    if (nul)
+        n = (size_t)(nul - in);
+    bool already = false;
+    const char *target = find_target(in, n, &already);
+    if (!target)
+        return CV_PTX_NO_TARGET;
+    const size_t mlen = sizeof CV_PTX_MARKER - 1;
+    size_t markers = 0;
+    for (const char *p = in; (size_t)(p - in) + mlen <= n;) {
+        const char *hit = memchr(p, CV_PTX_MARKER[0], n - (size_t)(p - in));
+        if (!hit || (size_t)(hit - in) + mlen > n)
+            break;
+        if (memcmp(hit, CV_PTX_MARKER, mlen) == 0) {
+            markers++;
+            p = hit + mlen;
+        } else {
+            p = hit + 1;
+        }
+    }
+    if (markers == 0)
+        return CV_PTX_NO_MARKERS;
+    char *buf = malloc(n + 2); /* at most one byte longer ("a"), plus the NUL */
+    if (!buf)
+        return CV_PTX_NO_MEMORY;
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        if (in + i == target && !already) {
+            memcpy(buf + o, "sm_90a", 6);
+            o += 6;
+            i += 5;
+            continue;
+        }
+        if (i + mlen <= n && memcmp(in + i, CV_PTX_MARKER, mlen) == 0) {
+            i += mlen;
+            continue;
+        }
+        buf[o++] = in[i++];
+    }
+    buf[o] = '\0';
+    *out = buf;
+    *out_n = o;
+    return CV_PTX_PATCHED;
+}
+
+const char *cv_ptx_patch_message(cv_ptx_patch_result r)
+{
+    switch (r) {
+    case CV_PTX_PATCHED:
+        return "patched";
+    case CV_PTX_NO_TARGET:
+        return "the program binary is not PTX for sm_90 (no `.target sm_90` directive)";
+    case CV_PTX_NO_MARKERS:
+        return "the PTX holds no `" CV_PTX_MARKER "` marker";
+    case CV_PTX_NO_MEMORY:
+        return "out of memory";
+    }
+    return "unknown";
+}

@@ -1,0 +1,37 @@
+/* The loader's PTX patch step (ptx-patch.c): turns the PTX that NVIDIA's
+ * OpenCL compiler produced for a Hopper device (.target sm_90) into PTX for
+ * sm_90a, whose instructions (wgmma, setmaxnreg) that compiler cannot target.
+ * Self-contained (no OpenCL, no context), so tests compile it on its own.
+ */
+#ifndef CLVARLEN_PTX_PATCH_H
+#define CLVARLEN_PTX_PATCH_H
+
+#include <stddef.h>
+
+/* The marker a kernel writes in front of an sm_90a instruction inside an
+ * inline-asm string: `// CVW wgmma.fence.sync.aligned;` is a comment to the
+ * sm_90 build (the compiler still substitutes %N operands in it) and an
+ * instruction once the marker is removed. */
+#define CV_PTX_MARKER "// CVW "
+
+/* Why a patch was refused (cv_ptx_patch_sm90a's return value). */
+typedef enum cv_ptx_patch_result {
+    CV_PTX_PATCHED = 0,
+    CV_PTX_NO_TARGET,  /* no `.target sm_90` directive: not PTX for a Hopper device */
+    CV_PTX_NO_MARKERS, /* no marker: nothing to turn on (the caller asked for it) */
+    CV_PTX_NO_MEMORY,
+} cv_ptx_patch_result;
+
+/**
+ * Copies the PTX text in[0 .. n) (a NUL inside ends it) into a new malloc'ed,
+ * NUL-terminated *out (*out_n bytes without the NUL) with every
+ * CV_PTX_MARKER removed and the `.target sm_90` directive's target made
+ * sm_90a (the directive's other fields, e.g. `, texmode_independent`, kept).
+ * A target that is already sm_90a is kept. On a refusal *out is NULL.
+ */
+cv_ptx_patch_result cv_ptx_patch_sm90a(const char *in, size_t n, char **out, size_t *out_n);
+
+/** A short description of a result, for error messages. */
+const char *cv_ptx_patch_message(cv_ptx_patch_result r);
+
+#endif /* CLVARLEN_PTX_PATCH_H */
