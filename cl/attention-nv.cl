@@ -29,7 +29,8 @@
  * instead of mma.sync, the same algorithm around them. BLOCK_M 64 (the
  * work-group is one warpgroup, warp w owning rows 16 w .., as above), BLOCK_N
  * 64, HEAD_DIM 64 or 128, Q in registers (its fragments are wgmma's register
- * A operand, as P's are), packed K/V only. K and V tiles are staged by
+ * A operand, as P's are), packed K/V only; with CV_GQA_PACK for prefill too
+ * (each K/V tile staged once for all query heads of its KV head). K and V tiles are staged by
  * cp.async as core matrices (8 rows of 16 bytes, 128 contiguous bytes; no
  * padding, no swizzle) that the tensor cores read by descriptor: S = Q K^T
  * with K as the K-major operand, O += P V with V as the N-major one.
@@ -69,10 +70,9 @@
 #define Q_ELEMS (BLOCK_M * SROW)
 #ifdef CV_WGMMA
 #if BLOCK_M != 64 || BLOCK_N != 64 || (HEAD_DIM != 64 && HEAD_DIM != 128) || defined(Q_SMEM) ||  \
-    defined(CV_PAGED) || defined(CV_GQA_PACK)
+    defined(CV_PAGED)
 #error "CV_WGMMA: BLOCK_M 64, BLOCK_N 64, HEAD_DIM 64 or 128, Q in registers, packed K/V"
 #endif
-#define CM_ROW (CPR * 64)          /* elements between 8-row groups of a K or V tile */
 #define KV_TILE (BLOCK_N * HEAD_DIM) /* a K or V tile as core matrices, unpadded */
 #else
 #define KV_TILE (BLOCK_N * SROW)
@@ -134,23 +134,57 @@
     STAGE_ROWS_OF(dst, BLOCK_N, base,                                                          \
                   (long)krow_l[(buf) * BLOCK_N + rr_] * (stride) + (col0), nrows)
 #elif defined(CV_WGMMA)
-/* Keys j0 + r as core matrices: row r, 16-byte chunk ch at element
- * (r / 8) CM_ROW + 64 ch + 8 (r % 8). Eight consecutive work-items take
- * eight rows of one chunk, so each eight write 128 contiguous bytes. */
-#define STAGE_KEYS(dst, ROWS, base, j0, nrows, stride, col0)                                    \
+/* Keys j0 + r as core matrices (8 rows of 16 bytes, 128 contiguous bytes),
+ * arranged so that the core matrices one wgmma k16 step reads are one
+ * contiguous block (the tensor cores then read local memory without bank
+ * conflicts; with 8-row groups a whole row apart, 2 KiB, the first version
+ * ran at 0.58x of the mma.sync kernel on an H100). Element offsets of row r,
+ * 16-byte chunk ch (8 elements):
+ *   K (S = Q K^T, K-major: k = head dim): k16 step ch / 2, BLOCK_N * 16
+ *     elements each; within it the 8-key group r / 8 (256 bytes), the chunk's
+ *     half ch % 2 (128 bytes), row r % 8 (16 bytes): lbo 128, sbo 256 bytes;
+ *   V (O += P V, N-major: k = key): k16 step r / 16, HEAD_DIM * 16 elements
+ *     each; within it the chunk ch (256 bytes), the 8-key half (r / 8) % 2
+ *     (128 bytes), row r % 8: lbo 128 (along k), sbo 256 (along n) bytes.
+ * Eight consecutive work-items take the eight rows of one chunk, so each
+ * eight write 128 contiguous bytes. */
+#define K_CM(r, ch) (((ch) >> 1) * (BLOCK_N * 16) + ((r) >> 3) * 128 + ((ch) & 1) * 64 + ((r) & 7) * 8)
+#define V_CM(r, ch) (((r) >> 4) * (HEAD_DIM * 16) + (ch) * 128 + (((r) >> 3) & 1) * 64 + ((r) & 7) * 8)
+#define STAGE_CM(dst, ROWS, base, j0, nrows, stride, col0, AT)                                 \
     do {                                                                                       \
         for (int e_ = lid; e_ < (ROWS) * CPR; e_ += WG_SIZE) {                                 \
             const int r_ = (e_ & 7) + ((e_ / (8 * CPR)) << 3), ch_ = (e_ >> 3) % CPR;          \
             const bool ok_ = r_ < (nrows);                                                     \
             const int rr_ = ok_ ? r_ : 0;                                                      \
             const size_t el_ = (size_t)(KV_ROW((j0) + rr_) * (stride) + (col0)) + (size_t)ch_ * 8; \
-            cp_async16((dst) + (r_ >> 3) * CM_ROW + ch_ * 64 + (r_ & 7) * 8, (base) + el_ * 2,  \
-                       ok_ ? 16 : 0);                                                          \
+            cp_async16((dst) + AT(r_, ch_), (base) + el_ * 2, ok_ ? 16 : 0);                   \
         }                                                                                      \
     } while (0)
+#define STAGE_K(dst, ROWS, base, j0, nrows, stride, col0)                                       \
+    STAGE_CM(dst, ROWS, base, j0, nrows, stride, col0, K_CM)
+#define STAGE_V(dst, ROWS, base, j0, nrows, stride, col0)                                       \
+    STAGE_CM(dst, ROWS, base, j0, nrows, stride, col0, V_CM)
+/* The wgmma operands' strides in bytes (lbo, sbo, k16 step), as above. */
+#define K_LBO 128
+#define K_SBO 256
+#define K_STEP (BLOCK_N * 32)
+#define V_LBO 128
+#define V_SBO 256
+#define V_STEP (HEAD_DIM * 32)
+/* The two products on the tiles Ks and Vs: S (this warp's 16 x 64 part) +=
+ * Q K^T, O += P V. */
+#if HEAD_DIM == 128
+#define WG_QK(acc, a, z) WG_RS(64, 8, 0, acc, a, Ks, K_LBO, K_SBO, K_STEP, z)
+#define WG_PV(acc, a, z) WG_RS(128, 4, 1, acc, a, Vs, V_LBO, V_SBO, V_STEP, z)
+#else
+#define WG_QK(acc, a, z) WG_RS(64, 4, 0, acc, a, Ks, K_LBO, K_SBO, K_STEP, z)
+#define WG_PV(acc, a, z) WG_RS(64, 4, 1, acc, a, Vs, V_LBO, V_SBO, V_STEP, z)
+#endif
 #else
 #define STAGE_KEYS(dst, ROWS, base, j0, nrows, stride, col0)                                    \
     STAGE_ROWS_OF(dst, ROWS, base, KV_ROW((j0) + rr_) * (stride) + (col0), nrows)
+#define STAGE_K STAGE_KEYS
+#define STAGE_V STAGE_KEYS
 #endif
 
 /* -DCV_GQA_PACK: one work-group per (query tile, KV head, split), its rows
@@ -328,6 +362,9 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
     const float sl2 = softcap > 0.0f ? scale : scale_log2;
 
     const int nblocks = kmin <= kmax ? (kmax - kmin) / BLOCK_N + 1 : 0;
+#ifdef CV_WGMMA
+    const uint qz = (uint)total_q >> 31; /* 0 (total_q >= 0), unknown to the compilers */
+#endif
 #ifdef CV_PAGED
     int cur = 0; /* krow_l[cur]: the cache rows of this tile's keys; [cur ^ 1] the next's */
     if (nblocks > 0) {
@@ -340,7 +377,7 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
     }
 #else
     if (nblocks > 0) {
-        STAGE_KEYS(Ks, BLOCK_N, kb_, kmin, min(BLOCK_N, kmax + 1 - kmin), k_stride,
+        STAGE_K(Ks, BLOCK_N, kb_, kmin, min(BLOCK_N, kmax + 1 - kmin), k_stride,
                    kvh * HEAD_DIM);
         cp_async_commit();
     }
@@ -375,7 +412,7 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
             KEY_ROWS_LOAD(knext, kb + BLOCK_N, min(BLOCK_N, kmax + 1 - kb - BLOCK_N));
 #endif
 #else
-        STAGE_KEYS(Vs, BLOCK_N, vb, kb, nvalid, v_stride, kvh * HEAD_DIM);
+        STAGE_V(Vs, BLOCK_N, vb, kb, nvalid, v_stride, kvh * HEAD_DIM);
         cp_async_commit();
 #endif
 
@@ -386,13 +423,9 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
             for (int n = 0; n < NT_S; n++)
                 s[mt][n] = (float4)(0.0f);
 #ifdef CV_WGMMA
-        /* K as the K-major operand: k (head dim) steps 16 elements = 2 chunks
-         * (256 bytes), core matrices 128 bytes apart along k, CM_ROW apart along n */
-#if HEAD_DIM == 128
-        WG_RS(64, 8, 0, s[0], qf, Ks, 128, CM_ROW * 2, 256);
-#else
-        WG_RS(64, 4, 0, s[0], qf, Ks, 128, CM_ROW * 2, 256);
-#endif
+        /* K as the K-major operand (layout at STAGE_CM). qz: see
+         * cl/nv-wgmma.clh (Q's fragments live across the loop). */
+        WG_QK(s[0], qf, qz);
 #else
         UNROLL
         for (int ks = 0; ks < KSTEPS; ks++) {
@@ -504,19 +537,14 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
             STAGE_KEYS_LOCAL(Ks, kb_, cur ^ 1, min(BLOCK_N, kmax + 1 - kb - BLOCK_N), k_stride,
                              kvh * HEAD_DIM);
 #else
-            STAGE_KEYS(Ks, BLOCK_N, kb_, kb + BLOCK_N, min(BLOCK_N, kmax + 1 - kb - BLOCK_N),
+            STAGE_K(Ks, BLOCK_N, kb_, kb + BLOCK_N, min(BLOCK_N, kmax + 1 - kb - BLOCK_N),
                        k_stride, kvh * HEAD_DIM);
 #endif
             cp_async_commit();
         }
 #ifdef CV_WGMMA
-        /* V as the N-major operand: k (key) steps 16 rows = 2 groups, groups
-         * CM_ROW apart along k, core matrices 128 bytes apart along n */
-#if HEAD_DIM == 128
-        WG_RS(128, 4, 1, oacc[0], pa[0], Vs, CM_ROW * 2, 128, 4 * CM_ROW);
-#else
-        WG_RS(64, 4, 1, oacc[0], pa[0], Vs, CM_ROW * 2, 128, 4 * CM_ROW);
-#endif
+        /* V as the N-major operand (layout at STAGE_CM) */
+        WG_PV(oacc[0], pa[0], qz);
 #else
         UNROLL
         for (int kk = 0; kk < BLOCK_N / 16; kk++) {
@@ -609,8 +637,8 @@ void attn_wgmma_check(__global const uchar *in, __global float *out)
         qf[ks] = ldsm_x4(smem + (warp * 16 + (lane & 15)) * SROW + ks * 16 + (lane >> 4) * 8);
     barrier(CLK_LOCAL_MEM_FENCE);
     __local ushort *Ks = smem, *Vs = smem + KV_TILE;
-    STAGE_KEYS(Ks, BLOCK_N, in + tile, 0, BLOCK_N, HEAD_DIM, 0);
-    STAGE_KEYS(Vs, BLOCK_N, in + 2 * tile, 0, BLOCK_N, HEAD_DIM, 0);
+    STAGE_K(Ks, BLOCK_N, in + tile, 0, BLOCK_N, HEAD_DIM, 0);
+    STAGE_V(Vs, BLOCK_N, in + 2 * tile, 0, BLOCK_N, HEAD_DIM, 0);
     cp_async_commit();
     cp_async_wait_all();
     fence_proxy_async();
@@ -623,11 +651,7 @@ void attn_wgmma_check(__global const uchar *in, __global float *out)
     UNROLL
     for (int n = 0; n < NT_O; n++)
         oacc[n] = (float4)(0.0f);
-#if HEAD_DIM == 128
-    WG_RS(64, 8, 0, s, qf, Ks, 128, CM_ROW * 2, 256);
-#else
-    WG_RS(64, 4, 0, s, qf, Ks, 128, CM_ROW * 2, 256);
-#endif
+    WG_QK(s, qf, 0u);
     /* P's A fragments straight from global memory (rows r0 and r0 + 8) */
     __global const uint *pw = (__global const uint *)(in + 3 * tile);
     const int r0 = warp * 16 + g;
@@ -638,11 +662,7 @@ void attn_wgmma_check(__global const uchar *in, __global float *out)
                          pw[((r0 + 8) * 64 + kk * 16 + 2 * t4) / 2],
                          pw[(r0 * 64 + kk * 16 + 8 + 2 * t4) / 2],
                          pw[((r0 + 8) * 64 + kk * 16 + 8 + 2 * t4) / 2]);
-#if HEAD_DIM == 128
-    WG_RS(128, 4, 1, oacc, pa, Vs, CM_ROW * 2, 128, 4 * CM_ROW);
-#else
-    WG_RS(64, 4, 1, oacc, pa, Vs, CM_ROW * 2, 128, 4 * CM_ROW);
-#endif
+    WG_PV(oacc, pa, 0u);
     UNROLL
     for (int n = 0; n < NT_S; n++) {
         vstore2((float2)(s[n].x, s[n].y), 0, out + r0 * 64 + n * 8 + 2 * t4);

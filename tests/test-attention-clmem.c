@@ -259,6 +259,66 @@ START_TEST(test_no_opencl)
 }
 END_TEST
 
+/* The tensor-core kernel's wgmma form (native on an NVIDIA Hopper device,
+ * emulated elsewhere: there it checks the K/V core-matrix layouts and the
+ * descriptors' strides against the same rules the hardware applies, and its
+ * capability check, attn_wgmma_check, runs first and must pass): head dims 64
+ * and 128, sequences of several 64-key tiles, GQA with the query heads of a
+ * KV head packed into the tile rows and (wgpack=0) without, MHA, causal,
+ * window, softcap, lq != lk, q_pos, strided q, the cl_mem entry point. */
+START_TEST(test_wgmma_kernel)
+{
+    setenv("CLVARLEN_ATTENTION_KERNEL", "wgmma", 1);
+    for (int unpacked = 0; unpacked < 2; unpacked++) {
+        if (unpacked)
+            setenv("CLVARLEN_ATTENTION_TUNING", "wgpack=0", 1);
+        clvarlen_context *ctx = tu_cl_context();
+        acase c = base_case();
+        c.dtype = CLVARLEN_DTYPE_BF16;
+        c.hq = 4;
+        c.hk = 2;
+        c.max_n = 3;
+        c.max_len = 200;
+        c.max_total = 400;
+        c.causal = 1;
+        c.seed = 51;
+        run_seeds(ctx, c, 1, "wgmma bf16 d64 gqa causal");
+        c.dtype = CLVARLEN_DTYPE_F16;
+        c.causal = 0;
+        c.lq_ne_lk = 1;
+        c.softcap = 3.0f;
+        c.seed = 52;
+        run_seeds(ctx, c, 1, "wgmma f16 d64 lq!=lk softcap");
+        c = base_case();
+        c.dtype = CLVARLEN_DTYPE_BF16;
+        c.d = c.dv = 128;
+        c.hq = 2;
+        c.hk = 2;
+        c.max_n = 2;
+        c.max_len = 180;
+        c.min_len = 70;
+        c.max_total = 300;
+        c.causal = 1;
+        c.wl = 70;
+        c.q_pad = 16;
+        c.seed = 53;
+        run_seeds(ctx, c, 1, "wgmma bf16 d128 mha window stride");
+        c.hq = 4;
+        c.hk = 1;
+        c.wl = -1;
+        c.use_qpos = 1;
+        c.seed = 54;
+        run_seeds(ctx, c, 1, "wgmma bf16 d128 mqa q_pos");
+        c.use_qpos = 0;
+        c.seed = 55;
+        cl_mem_case(ctx, &c, 0);
+        clvarlen_context_destroy(ctx);
+    }
+    unsetenv("CLVARLEN_ATTENTION_TUNING");
+    unsetenv("CLVARLEN_ATTENTION_KERNEL");
+}
+END_TEST
+
 void attn_add_cl_cases(Suite *s)
 {
     TCase *tc = tcase_create("cl_mem");
@@ -270,5 +330,6 @@ void attn_add_cl_cases(Suite *s)
     tc = tcase_create("mma");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_mma_kernel);
+    tcase_add_test(tc, test_wgmma_kernel);
     suite_add_tcase(s, tc);
 }

@@ -87,11 +87,18 @@ bool cv_attn_mma_device(const clvarlen_context *ctx)
 /* ------------------------------------------------------------ the wgmma form */
 
 /* Whether a forward call takes the wgmma form of the tensor-core kernel: not
- * packed (decode), not paged, head dim 64 or 128; automatically on NVIDIA
- * devices of compute capability 9.x (Hopper: sm_90a), or where forced. */
+ * the decode packing, not paged, head dim 64 or 128; on NVIDIA devices of
+ * compute capability 9.x (Hopper: sm_90a) when asked for with
+ * CLVARLEN_ATTENTION_TUNING=wgmma=1, or forced with
+ * CLVARLEN_ATTENTION_KERNEL=wgmma (any device: emulated elsewhere). Not the
+ * default yet: measured on an H100 it runs at 0.68x of the mma.sync form
+ * (140.8 against 206.0 TFLOP/s, 16 x 16384 bf16, docs/PERFORMANCE.md), bound
+ * by staging K and V into its core-matrix layout, not by the products (620
+ * TFLOP/s with the staging and the softmax left out). */
 static bool wgmma_shape(const cv_attn_desc *d, const cv_attn_pack *pack)
 {
-    return !pack && d->page_size == 0 && (d->head_dim == 64 || d->head_dim == 128);
+    return (!pack || (pack->block_m == 64 && pack->block_n == 64)) && d->page_size == 0 &&
+           (d->head_dim == 64 || d->head_dim == 128);
 }
 
 static bool wgmma_wanted(const clvarlen_context *ctx)
@@ -100,7 +107,7 @@ static bool wgmma_wanted(const clvarlen_context *ctx)
     if (force == FORCE_WGMMA)
         return true;
     return force == FORCE_NONE && is_nvidia_mma(ctx) && ctx->device.cc_major == 9 &&
-           cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "wgmma", 1) != 0;
+           cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "wgmma", 0) != 0;
 }
 
 /* A value of the check's operands: a small multiple of 1/8, so that every
@@ -246,9 +253,9 @@ static clvarlen_status mma_cfg(clvarlen_context *ctx, const char *fn, const cv_a
         const bool nv = ctx->device.vendor == CLVARLEN_VENDOR_NVIDIA;
         char options[sizeof cfg->options];
         snprintf(options, sizeof options,
-                 "-DCV_DTYPE=%d -DHEAD_DIM=%d -DBLOCK_M=64 -DBLOCK_N=64 -DCV_WGMMA=1%s",
+                 "-DCV_DTYPE=%d -DHEAD_DIM=%d -DBLOCK_M=64 -DBLOCK_N=64 -DCV_WGMMA=1%s%s",
                  cv_dtype_kernel_code(d->dtype), (int)d->head_dim,
-                 nv ? " -DCV_NV_PTX=1 " CV_SM90A_OPTION : "");
+                 pack ? " -DCV_GQA_PACK=1" : "", nv ? " -DCV_NV_PTX=1 " CV_SM90A_OPTION : "");
         bool ok = false;
         clvarlen_status st = wgmma_ready(ctx, fn, d, options, &ok);
         if (st != CLVARLEN_SUCCESS)
@@ -257,6 +264,8 @@ static clvarlen_status mma_cfg(clvarlen_context *ctx, const char *fn, const cv_a
             cfg->block_m = 64;
             cfg->block_n = 64;
             cfg->wg = 128;
+            if (pack)
+                cfg->row_mult = d->heads_q / d->heads_kv;
             memcpy(cfg->options, options, sizeof options);
             return CLVARLEN_SUCCESS;
         }
@@ -504,12 +513,30 @@ static clvarlen_status plan_temp(clvarlen_context *ctx, const char *fn, const cv
     return CLVARLEN_SUCCESS;
 }
 
+/* The wgmma form packs the query heads of a KV head into its tile rows for
+ * prefill too (GQA, Hq > Hk): each K/V tile is staged once for the group's
+ * heads instead of once per head (H100, 16 x 16384 bf16: 140.8 against 134.2
+ * TFLOP/s). CLVARLEN_ATTENTION_TUNING wgpack=0 keeps one head per tile.
+ * Returns pack (the caller's) or *own. */
+static const cv_attn_pack *wgmma_pack(const clvarlen_context *ctx, const cv_attn_desc *d,
+                                      const cv_attn_mem *m, const cv_attn_pack *pack,
+                                      cv_attn_pack *own)
+{
+    if (pack || d->heads_q == d->heads_kv || !wgmma_shape(d, NULL) || !wgmma_wanted(ctx) ||
+        !cv_attn_use_mma(ctx, d, m) || !cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "wgpack", 1))
+        return pack;
+    *own = (cv_attn_pack){.block_m = 64, .block_n = 64, .splits = 1, .one_tile = false};
+    return own;
+}
+
 clvarlen_status cv_attn_cl_forward_temp(clvarlen_context *ctx, const char *fn,
                                         const cv_attn_desc *d, const cv_attn_mem *m,
                                         const cv_attn_pack *pack, size_t *bytes)
 {
     attn_cfg cfg;
     attn_temp t;
+    cv_attn_pack own;
+    pack = wgmma_pack(ctx, d, m, pack, &own);
     clvarlen_status st = choose_cfg(ctx, fn, d, m, pack, &cfg);
     if (st == CLVARLEN_SUCCESS && (st = plan_temp(ctx, fn, d, &cfg, pack, &t)) == CLVARLEN_SUCCESS)
         *bytes = t.bytes;
@@ -522,6 +549,8 @@ clvarlen_status cv_attn_cl_forward(cv_chain *c, const char *fn, const cv_attn_de
     clvarlen_context *ctx = c->ctx;
     attn_cfg cfg;
     attn_temp t;
+    cv_attn_pack own;
+    pack = wgmma_pack(ctx, d, m, pack, &own);
     clvarlen_status st = choose_cfg(ctx, fn, d, m, pack, &cfg);
     if (st != CLVARLEN_SUCCESS || (st = plan_temp(ctx, fn, d, &cfg, pack, &t)) != CLVARLEN_SUCCESS)
         return st;

@@ -26,6 +26,7 @@ enum {
     AT_MMA = 64,     /* attention-nv.cl, emulated */
     AT_LONGK = 128,  /* key lengths {0, 3, 7} (else as the queries) */
     AT_CLMEM = 256,  /* the cl_mem entry point with device checks */
+    AT_WGMMA = 512,  /* attention-nv.cl's wgmma form, emulated (its check kernel first) */
 };
 
 typedef struct attn_bufs {
@@ -131,8 +132,8 @@ static int case_attn(oc_run *r, const oc_case *c)
     if (attn_setup(r, c, &b))
         goto out;
     const int32_t *qpos = c->c & AT_QPOS ? b.qpos : NULL;
-    if (c->c & AT_MMA)
-        setenv("CLVARLEN_ATTENTION_KERNEL", "mma", 1);
+    if (c->c & (AT_MMA | AT_WGMMA))
+        setenv("CLVARLEN_ATTENTION_KERNEL", c->c & AT_WGMMA ? "wgmma" : "mma", 1);
     clvarlen_status st[2];
     if (c->c & AT_CLMEM)
         st[0] = attn_clmem(r, &b, qpos);
@@ -382,6 +383,8 @@ const oc_case oc_nn_cases[] = {
     {"attention-f32-d16-clmem", case_attn, F32, 16, AT_CLMEM | AT_CAUSAL | AT_LONGK},
     {"attention-mma-f16-d16", case_attn, F16, 16, AT_MMA | AT_GQA | AT_LONGK},
     {"attention-mma-bf16-d32-causal", case_attn, BF16, 32, AT_MMA | AT_CAUSAL | AT_WINDOW},
+    {"attention-wgmma-bf16-d64-gqa-causal", case_attn, BF16, 64,
+     AT_WGMMA | AT_GQA | AT_CAUSAL | AT_LONGK},
     {"attention-merge-f32", case_merge, F32, 3, 0},
     {"attention-merge-bf16", case_merge, BF16, 2, 0},
     {"attention-merge2-f16", case_merge, F16, 2, 1},
