@@ -302,16 +302,16 @@ static cl_int decode_args(cl_kernel kernel, const cv_attn_desc *d, const cv_attn
  * K/V, docs/PERFORMANCE.md): chunk 2048 0.96-0.99 gathered against 0.88-0.89
  * paged, 512 0.93 / 0.89-0.90, 256 0.89 / 0.78-0.79, 128 0.91 / 0.78-0.79.
  * CLVARLEN_PAGED_TUNING gather=0 never gathers, gather=1 always does (when
- * the scratch fits). */
+ * the scratch fits), decode rows included. */
 #define CV_PAGED_GATHER_ROWS 512
 
-static bool want_gather(const cv_attn_desc *d)
+static bool want_gather(const cv_attn_desc *d, bool decode)
 {
     const int g = tuning_knob("gather", -1);
     if (g >= 0)
-        return g > 0;
+        return g > 0; /* forced: rows of a few queries too (the packed kernels take any) */
     const int64_t group = d->heads_q / d->heads_kv;
-    return d->total_q * group >= CV_PAGED_GATHER_ROWS * d->n_seqs;
+    return !decode && d->total_q * group >= CV_PAGED_GATHER_ROWS * d->n_seqs;
 }
 
 /* The scratch the gathered form may take: the caller's buffer as it is, or up
@@ -449,7 +449,7 @@ clvarlen_status cv_paged_cl_forward(cv_chain *c, const char *fn, const cv_attn_d
 {
     clvarlen_context *ctx = c->ctx;
     const bool decode = use_decode_kernel(d);
-    if (!decode && want_gather(d)) {
+    if (want_gather(d, decode)) {
         bool done = false;
         clvarlen_status st = gather_forward(c, fn, d, m, &done);
         if (st != CLVARLEN_SUCCESS || done)
