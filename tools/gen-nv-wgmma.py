@@ -62,9 +62,13 @@ HEADER = r"""/* Hopper's warpgroup MMA (wgmma.mma_async, sm_90a) for kernels who
 
 #ifdef CV_NV_PTX
 
+/* Only in programs built for sm_90a (the wgmma form): fence.proxy.async needs
+ * sm_90, and the mma.sync kernels that share this file run on sm_80 too. */
 inline void fence_proxy_async(void)
 {
+#ifdef CV_SM90A
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
 }
 
 /* The matrix descriptor of a local-memory operand (no swizzling): the shared
