@@ -31,9 +31,10 @@
  * 64, HEAD_DIM 64 or 128, Q in registers (its fragments are wgmma's register
  * A operand, as P's are), packed K/V only; with CV_GQA_PACK for prefill too
  * (each K/V tile staged once for all query heads of its KV head). K and V tiles are staged by
- * cp.async as core matrices (8 rows of 16 bytes, 128 contiguous bytes; no
- * padding, no swizzle) that the tensor cores read by descriptor: S = Q K^T
- * with K as the K-major operand, O += P V with V as the N-major one.
+ * cp.async in the 128-byte swizzled layout (CV_WG_SW=1, the default; 0: as
+ * unswizzled core matrices, 8 rows of 16 bytes) that the tensor cores read by
+ * descriptor: S = Q K^T with K as the K-major operand, O += P V with V as the
+ * N-major one.
  * attn_wgmma_check runs the same staging and products on known data: the
  * host checks it once before the form is used (lib/attention/attention-cl.c).
  */
@@ -74,8 +75,25 @@
 #error "CV_WGMMA: BLOCK_M 64, BLOCK_N 64, HEAD_DIM 64 or 128, Q in registers, packed K/V"
 #endif
 #define KV_TILE (BLOCK_N * HEAD_DIM) /* a K or V tile as core matrices, unpadded */
+/* CV_WG_SW: the K and V tiles in the 128-byte swizzled layout (default), 0
+ * the unswizzled core matrices (see the staging macros below). */
+#ifndef CV_WG_SW
+#define CV_WG_SW 1
+#endif
+
 #else
 #define KV_TILE (BLOCK_N * SROW)
+#endif
+/* The kernels' local tile memory `smem`. A swizzle atom (8 rows of 128 bytes)
+ * must start 1024-byte aligned, as the swizzle works on address bits 4-9:
+ * the swizzled form rounds the address up itself rather than trust that a
+ * compiler honours an alignment attribute that large (PoCL does not). */
+#if defined(CV_WGMMA) && CV_WG_SW
+#define SMEM_DECL                                                                              \
+    __local ushort smem_raw_[SMEM_ELEMS + 448] __attribute__((aligned(128)));                  \
+    __local ushort *smem = (__local ushort *)(((size_t)smem_raw_ + 1023) & ~(size_t)1023)
+#else
+#define SMEM_DECL __local ushort smem[SMEM_ELEMS] __attribute__((aligned(128)))
 #endif
 #define KV_ELEMS (2 * KV_TILE)
 #ifndef Q_SMEM
@@ -133,6 +151,46 @@
 #define STAGE_KEYS_LOCAL(dst, base, buf, nrows, stride, col0)                                   \
     STAGE_ROWS_OF(dst, BLOCK_N, base,                                                          \
                   (long)krow_l[(buf) * BLOCK_N + rr_] * (stride) + (col0), nrows)
+#elif defined(CV_WGMMA) && CV_WG_SW
+/* Keys j0 + r in the 128-byte swizzled layout (cl/nv-wgmma.clh, SW = 1), the
+ * same for K and V: the tile's head dim in column blocks of 64 elements
+ * (BLOCK_N * 128 bytes each), in each key r's 128-byte row at r * 128, its
+ * 16-byte chunk c at (c ^ (r % 8)) * 16. Work-item lid takes chunk lid % 8 of
+ * rows lid / 8 + 16 i: each warp instruction reads four whole 128-byte rows
+ * and writes 512 contiguous bytes, and its local offsets and global
+ * addresses are fixed per work-item up to a constant step. */
+#define STAGE_SW(dst, base, j0, nrows, stride, col0)                                            \
+    do {                                                                                       \
+        const int c_ = lid & 7, r0_ = lid >> 3;                                                \
+        __local ushort *d_ = (dst) + r0_ * 64 + ((c_ ^ (r0_ & 7)) << 3);                       \
+        __global const uchar *p0_ =                                                            \
+            (base) + ((size_t)(KV_ROW(j0) * (stride) + (col0)) + (size_t)(c_ * 8)) * 2;         \
+        __global const uchar *pr_ = p0_ + (size_t)r0_ * (size_t)(stride) * 2;                  \
+        UNROLL                                                                                 \
+        for (int i_ = 0; i_ < BLOCK_N * CPR / WG_SIZE; i_++) {                                 \
+            const int m_ = i_ % (BLOCK_N / 16), h_ = i_ / (BLOCK_N / 16);                      \
+            const bool ok_ = r0_ + 16 * m_ < (nrows);                                          \
+            __global const uchar *src_ =                                                       \
+                pr_ + (size_t)(16 * m_) * (size_t)(stride) * 2 + (size_t)h_ * 128;             \
+            cp_async16(d_ + h_ * (BLOCK_N * 64) + m_ * (16 * 64), ok_ ? src_ : p0_,           \
+                       ok_ ? 16 : 0);                                                          \
+        }                                                                                      \
+    } while (0)
+#define STAGE_K(dst, ROWS, base, j0, nrows, stride, col0) STAGE_SW(dst, base, j0, nrows, stride, col0)
+#define STAGE_V(dst, ROWS, base, j0, nrows, stride, col0) STAGE_SW(dst, base, j0, nrows, stride, col0)
+/* K as the K-major operand: 8-key groups 1024 bytes apart (sbo), a k16 step
+ * 32 bytes along the row, every fourth into the next column block; V as the
+ * N-major one: 8-key groups 1024 bytes apart (sbo), column blocks BLOCK_N *
+ * 128 apart (lbo), a k16 step (16 keys) 2048 bytes. */
+#define KV_SW 1
+#define K_LBO 16
+#define K_SBO 1024
+#define K_STEP 32
+#define K_STEP4 (BLOCK_N * 128)
+#define V_LBO (BLOCK_N * 128)
+#define V_SBO 1024
+#define V_STEP 2048
+#define V_STEP4 (4 * V_STEP)
 #elif defined(CV_WGMMA)
 /* Keys j0 + r as core matrices (8 rows of 16 bytes, 128 contiguous bytes),
  * arranged so that the core matrices one wgmma k16 step reads are one
@@ -171,20 +229,25 @@
 #define V_LBO 128
 #define V_SBO 256
 #define V_STEP (HEAD_DIM * 32)
-/* The two products on the tiles Ks and Vs: S (this warp's 16 x 64 part) +=
- * Q K^T, O += P V. */
-#if HEAD_DIM == 128
-#define WG_QK(acc, a, z) WG_RS(64, 8, 0, acc, a, Ks, K_LBO, K_SBO, K_STEP, z)
-#define WG_PV(acc, a, z) WG_RS(128, 4, 1, acc, a, Vs, V_LBO, V_SBO, V_STEP, z)
-#else
-#define WG_QK(acc, a, z) WG_RS(64, 4, 0, acc, a, Ks, K_LBO, K_SBO, K_STEP, z)
-#define WG_PV(acc, a, z) WG_RS(64, 4, 1, acc, a, Vs, V_LBO, V_SBO, V_STEP, z)
-#endif
+#define K_STEP4 (4 * K_STEP)
+#define V_STEP4 (4 * V_STEP)
+#define KV_SW 0
 #else
 #define STAGE_KEYS(dst, ROWS, base, j0, nrows, stride, col0)                                    \
     STAGE_ROWS_OF(dst, ROWS, base, KV_ROW((j0) + rr_) * (stride) + (col0), nrows)
 #define STAGE_K STAGE_KEYS
 #define STAGE_V STAGE_KEYS
+#endif
+#ifdef CV_WGMMA
+/* The two products on the tiles Ks and Vs: S (this warp's 16 x 64 part) +=
+ * Q K^T, O += P V. */
+#if HEAD_DIM == 128
+#define WG_QK(acc, a, z) WG_RS(64, 8, 0, KV_SW, acc, a, Ks, K_LBO, K_SBO, K_STEP, K_STEP4, z)
+#define WG_PV(acc, a, z) WG_RS(128, 4, 1, KV_SW, acc, a, Vs, V_LBO, V_SBO, V_STEP, V_STEP4, z)
+#else
+#define WG_QK(acc, a, z) WG_RS(64, 4, 0, KV_SW, acc, a, Ks, K_LBO, K_SBO, K_STEP, K_STEP4, z)
+#define WG_PV(acc, a, z) WG_RS(64, 4, 1, KV_SW, acc, a, Vs, V_LBO, V_SBO, V_STEP, V_STEP4, z)
+#endif
 #endif
 
 /* -DCV_GQA_PACK: one work-group per (query tile, KV head, split), its rows
@@ -222,8 +285,9 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
                   int window_right, __global const int *flag CV_PAGED_ARGS CV_PACK_ARGS)
 {
     /* 128-byte aligned: wgmma descriptors drop the low 4 address bits, and an
-     * unaligned array gave wrong sums on an H100 (../shared/gpu/README.md) */
-    __local ushort smem[SMEM_ELEMS] __attribute__((aligned(128)));
+     * unaligned array gave wrong sums on an H100 (../shared/gpu/README.md);
+     * 1024 for the swizzled layout (SMEM_DECL) */
+    SMEM_DECL;
     __local int range[4];
 #ifdef CV_PAGED
     __local int krow_l[2 * BLOCK_N];
@@ -618,7 +682,7 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1)))
 void attn_wgmma_check(__global const uchar *in, __global float *out)
 {
-    __local ushort smem[SMEM_ELEMS] __attribute__((aligned(128)));
+    SMEM_DECL;
     EMU_DECL
 #ifndef CV_NV_PTX
     __local uint *emu = emu_scratch;

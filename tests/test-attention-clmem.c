@@ -260,18 +260,20 @@ START_TEST(test_no_opencl)
 END_TEST
 
 /* The tensor-core kernel's wgmma form (native on an NVIDIA Hopper device,
- * emulated elsewhere: there it checks the K/V core-matrix layouts and the
- * descriptors' strides against the same rules the hardware applies, and its
- * capability check, attn_wgmma_check, runs first and must pass): head dims 64
- * and 128, sequences of several 64-key tiles, GQA with the query heads of a
- * KV head packed into the tile rows and (wgpack=0) without, MHA, causal,
- * window, softcap, lq != lk, q_pos, strided q, the cl_mem entry point. */
+ * emulated elsewhere: there it checks the K/V layouts, 128-byte swizzled and
+ * (wgswz=0) not, and the descriptors' strides against the same rules the
+ * hardware applies, and its capability check, attn_wgmma_check, runs first
+ * and must pass): head dims 64 and 128, sequences of several 64-key tiles,
+ * GQA with the query heads of a KV head packed into the tile rows and
+ * (wgpack=0) without, MHA, causal, window, softcap, lq != lk, q_pos, strided
+ * q, the cl_mem entry point. */
 START_TEST(test_wgmma_kernel)
 {
+    static const char *const variants[] = {NULL, "wgpack=0", "wgswz=0"};
     setenv("CLVARLEN_ATTENTION_KERNEL", "wgmma", 1);
-    for (int unpacked = 0; unpacked < 2; unpacked++) {
-        if (unpacked)
-            setenv("CLVARLEN_ATTENTION_TUNING", "wgpack=0", 1);
+    for (int vi = 0; vi < 3; vi++) {
+        if (variants[vi])
+            setenv("CLVARLEN_ATTENTION_TUNING", variants[vi], 1);
         clvarlen_context *ctx = tu_cl_context();
         acase c = base_case();
         c.dtype = CLVARLEN_DTYPE_BF16;

@@ -45,6 +45,7 @@ static void print_help(void)
         "                     fallback; 'opencl': the best OpenCL device, OpenCL CPU\n"
         "                     devices such as PoCL included)\n"
         "  --op NAME          only ops whose name starts with NAME, or of family NAME\n"
+        "                     (=NAME: only the op named NAME)\n"
         "                     (segment, attention, gated-delta; short: seg, attn, gdn)\n"
         "  --list-ops         the ops, their families and commands\n"
         "  --json             one JSON document on stdout\n"

@@ -62,11 +62,14 @@ static const struct {
     {"gdn", "gated-delta"},
 };
 
-/* --op NAME: a prefix of the op's name, the family's name, or a family's short form. */
+/* --op NAME: a prefix of the op's name, the family's name, or a family's short
+ * form; --op =NAME: exactly that op. */
 int ct_op_matches(const char *filter, const ct_op *op)
 {
     if (!filter || !*filter)
         return 1;
+    if (filter[0] == '=')
+        return strcmp(op->name, filter + 1) == 0;
     for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
         if (strcmp(filter, aliases[i].alias) == 0)
             filter = aliases[i].family;

@@ -87,27 +87,34 @@ bool cv_attn_mma_device(const clvarlen_context *ctx)
 /* ------------------------------------------------------------ the wgmma form */
 
 /* Whether a forward call takes the wgmma form of the tensor-core kernel: not
- * the decode packing, not paged, head dim 64 or 128; on NVIDIA devices of
- * compute capability 9.x (Hopper: sm_90a) when asked for with
- * CLVARLEN_ATTENTION_TUNING=wgmma=1, or forced with
- * CLVARLEN_ATTENTION_KERNEL=wgmma (any device: emulated elsewhere). Not the
- * default yet: measured on an H100 it runs at 0.68x of the mma.sync form
- * (140.8 against 206.0 TFLOP/s, 16 x 16384 bf16, docs/PERFORMANCE.md), bound
- * by staging K and V into its core-matrix layout, not by the products (620
- * TFLOP/s with the staging and the softmax left out). */
+ * the decode packing, not paged, head dim 64 or 128 (wgmma_shape); on NVIDIA
+ * devices of compute capability 9.x (Hopper: sm_90a) by default when the
+ * sequences average at least 96 queries, the length from which the mma.sync
+ * form holds Q in registers too (measured on an H200, same run as PyTorch's
+ * FlashAttention-2, bf16 D 128: 16 x 16384 271 against 208 TFLOP/s, 64 x
+ * 65536 281 against 217, causal 241 against 190 and 198; 128 x 8192, 64 on
+ * average, 72.5 against 73.8, so shorter rows keep mma.sync;
+ * docs/PERFORMANCE.md). CLVARLEN_ATTENTION_TUNING=wgmma=0/1 turns it off or
+ * on for every length (on NVIDIA, Hopper only), CLVARLEN_ATTENTION_KERNEL=wgmma
+ * forces it on any device (emulated elsewhere); it runs only after its check
+ * passed (wgmma_ready). */
 static bool wgmma_shape(const cv_attn_desc *d, const cv_attn_pack *pack)
 {
     return (!pack || (pack->block_m == 64 && pack->block_n == 64)) && d->page_size == 0 &&
            (d->head_dim == 64 || d->head_dim == 128);
 }
 
-static bool wgmma_wanted(const clvarlen_context *ctx)
+static bool wgmma_wanted(const clvarlen_context *ctx, const cv_attn_desc *d)
 {
     const int force = kernel_override();
     if (force == FORCE_WGMMA)
         return true;
-    return force == FORCE_NONE && is_nvidia_mma(ctx) && ctx->device.cc_major == 9 &&
-           cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "wgmma", 0) != 0;
+    if (force != FORCE_NONE || !is_nvidia_mma(ctx) || ctx->device.cc_major != 9)
+        return false;
+    const int knob = cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "wgmma", -1);
+    if (knob >= 0)
+        return knob != 0;
+    return d->n_seqs > 0 && d->total_q / d->n_seqs >= 96;
 }
 
 /* A value of the check's operands: a small multiple of 1/8, so that every
@@ -248,13 +255,16 @@ static clvarlen_status mma_cfg(clvarlen_context *ctx, const char *fn, const cv_a
         bn = pack->block_n;
         q_smem = 0;
     }
-    if (wgmma_shape(d, pack) && wgmma_wanted(ctx)) {
+    if (wgmma_shape(d, pack) && wgmma_wanted(ctx, d)) {
         /* one warpgroup of 64 rows, 64-key tiles, Q in registers (cl/attention-nv.cl) */
         const bool nv = ctx->device.vendor == CLVARLEN_VENDOR_NVIDIA;
         char options[sizeof cfg->options];
+        /* CLVARLEN_ATTENTION_TUNING wgswz=0: K and V tiles as unswizzled core
+         * matrices (benchmarks; the 128-byte swizzle is the default) */
+        const int swz = cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "wgswz", 1) != 0;
         snprintf(options, sizeof options,
-                 "-DCV_DTYPE=%d -DHEAD_DIM=%d -DBLOCK_M=64 -DBLOCK_N=64 -DCV_WGMMA=1%s%s",
-                 cv_dtype_kernel_code(d->dtype), (int)d->head_dim,
+                 "-DCV_DTYPE=%d -DHEAD_DIM=%d -DBLOCK_M=64 -DBLOCK_N=64 -DCV_WGMMA=1 -DCV_WG_SW=%d%s%s",
+                 cv_dtype_kernel_code(d->dtype), (int)d->head_dim, swz,
                  pack ? " -DCV_GQA_PACK=1" : "", nv ? " -DCV_NV_PTX=1 " CV_SM90A_OPTION : "");
         bool ok = false;
         clvarlen_status st = wgmma_ready(ctx, fn, d, options, &ok);
@@ -515,14 +525,15 @@ static clvarlen_status plan_temp(clvarlen_context *ctx, const char *fn, const cv
 
 /* The wgmma form packs the query heads of a KV head into its tile rows for
  * prefill too (GQA, Hq > Hk): each K/V tile is staged once for the group's
- * heads instead of once per head (H100, 16 x 16384 bf16: 140.8 against 134.2
- * TFLOP/s). CLVARLEN_ATTENTION_TUNING wgpack=0 keeps one head per tile.
+ * heads instead of once per head (H100, 16 x 16384 bf16, with the unswizzled
+ * layout of the time: 140.8 against 134.2 TFLOP/s). CLVARLEN_ATTENTION_TUNING
+ * wgpack=0 keeps one head per tile.
  * Returns pack (the caller's) or *own. */
 static const cv_attn_pack *wgmma_pack(const clvarlen_context *ctx, const cv_attn_desc *d,
                                       const cv_attn_mem *m, const cv_attn_pack *pack,
                                       cv_attn_pack *own)
 {
-    if (pack || d->heads_q == d->heads_kv || !wgmma_shape(d, NULL) || !wgmma_wanted(ctx) ||
+    if (pack || d->heads_q == d->heads_kv || !wgmma_shape(d, NULL) || !wgmma_wanted(ctx, d) ||
         !cv_attn_use_mma(ctx, d, m) || !cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "wgpack", 1))
         return pack;
     *own = (cv_attn_pack){.block_m = 64, .block_n = 64, .splits = 1, .one_tile = false};
