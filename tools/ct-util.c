@@ -397,9 +397,30 @@ double chk_unif(chk *c)
     return ct_rng_uniform(&c->rng);
 }
 
+/* bench --case TEXT: cases whose name contains TEXT; TEXT may list several
+ * alternatives separated by commas, and an alternative starting with '='
+ * matches one name exactly. */
 int ct_case_wanted(const ct_options *opt, const char *name)
 {
-    return !opt->cases || !*opt->cases || strstr(name, opt->cases) != NULL;
+    if (!opt->cases || !*opt->cases)
+        return 1;
+    for (const char *p = opt->cases; *p;) {
+        size_t n = strcspn(p, ",");
+        if (n > 0) {
+            if (p[0] == '=') {
+                if (strlen(name) == n - 1 && strncmp(name, p + 1, n - 1) == 0)
+                    return 1;
+            } else {
+                for (const char *q = name; strlen(q) >= n; q++)
+                    if (strncmp(q, p, n) == 0)
+                        return 1;
+            }
+        }
+        p += n;
+        if (*p == ',')
+            p++;
+    }
+    return 0;
 }
 
 void ct_progress(const ct_options *opt, const char *fmt, ...)
