@@ -28,13 +28,14 @@
  * loader's PTX patch step): the two products on wgmma (cl/nv-wgmma.clh)
  * instead of mma.sync, the same algorithm around them. BLOCK_M 64 (the
  * work-group is one warpgroup, warp w owning rows 16 w .., as above), BLOCK_N
- * 64, HEAD_DIM 64 or 128, Q in registers (its fragments are wgmma's register
- * A operand, as P's are), packed K/V only; with CV_GQA_PACK for prefill too
- * (each K/V tile staged once for all query heads of its KV head). K and V tiles are staged by
- * cp.async in the 128-byte swizzled layout (CV_WG_SW=1, the default; 0: as
- * unswizzled core matrices, 8 rows of 16 bytes) that the tensor cores read by
- * descriptor: S = Q K^T with K as the K-major operand, O += P V with V as the
- * N-major one.
+ * 64, HEAD_DIM 64 or 128, packed K/V only; with CV_GQA_PACK for prefill too
+ * (each K/V tile staged once for all query heads of its KV head). K and V
+ * tiles are staged by cp.async in the 128-byte swizzled layout (CV_WG_SW=1,
+ * the default; 0: as unswizzled core matrices, 8 rows of 16 bytes) that the
+ * tensor cores read by descriptor: S = Q K^T with K as the K-major operand,
+ * O += P V with V as the N-major one and P's fragments as the register A
+ * operand. Q's tile is the A operand of S = Q K^T: in local memory, swizzled
+ * as K's (CV_WG_QS=1, the host's default), or as register fragments.
  * attn_wgmma_check runs the same staging and products on known data: the
  * host checks it once before the form is used (lib/attention/attention-cl.c).
  */
@@ -72,7 +73,7 @@
 #ifdef CV_WGMMA
 #if BLOCK_M != 64 || BLOCK_N != 64 || (HEAD_DIM != 64 && HEAD_DIM != 128) || defined(Q_SMEM) ||  \
     defined(CV_PAGED)
-#error "CV_WGMMA: BLOCK_M 64, BLOCK_N 64, HEAD_DIM 64 or 128, Q in registers, packed K/V"
+#error "CV_WGMMA: BLOCK_M 64, BLOCK_N 64, HEAD_DIM 64 or 128, not Q_SMEM, packed K/V"
 #endif
 #define KV_TILE (BLOCK_N * HEAD_DIM) /* a K or V tile as core matrices, unpadded */
 /* CV_WG_SW: the K and V tiles in the 128-byte swizzled layout (default), 0
@@ -80,23 +81,49 @@
 #ifndef CV_WG_SW
 #define CV_WG_SW 1
 #endif
-
+/* CV_WG_QS (with CV_WG_SW): Q's tile in local memory too, swizzled as K's,
+ * and S = Q K^T with both operands read by descriptor (WG_SS of
+ * cl/nv-wgmma.clh): no Q fragments in registers. Local memory Q + K + V is
+ * 48 KiB at head dim 128. */
+#ifndef CV_WG_QS
+#define CV_WG_QS 0
+#endif
+#if CV_WG_QS && !CV_WG_SW
+#error "CV_WG_QS needs CV_WG_SW"
+#endif
+#define WG_QLOCAL CV_WG_QS
 #else
 #define KV_TILE (BLOCK_N * SROW)
+#define WG_QLOCAL 0
 #endif
-/* The kernels' local tile memory `smem`. A swizzle atom (8 rows of 128 bytes)
- * must start 1024-byte aligned, as the swizzle works on address bits 4-9:
- * the swizzled form rounds the address up itself rather than trust that a
- * compiler honours an alignment attribute that large (PoCL does not). */
-#if defined(CV_WGMMA) && CV_WG_SW
+/* The kernels' local tile memory `smem`, and `range` (4 ints). A swizzle atom
+ * (8 rows of 128 bytes) must start 1024-byte aligned, as the swizzle works on
+ * address bits 4-9: the swizzled form rounds the address up itself rather than
+ * trust that a compiler honours an alignment attribute that large (PoCL does
+ * not), except with Q in local memory too, whose tiles fill the 48 KiB an
+ * NVIDIA work-group gets (an unaligned array makes its check fail, and the
+ * mma.sync form runs); there `range` lives in the V tile, which is not
+ * written before the range is read. */
+#if WG_QLOCAL
+#define SMEM_DECL                                                                              \
+    __local ushort smem[SMEM_ELEMS] __attribute__((aligned(1024)));                           \
+    __local int *range = (__local int *)(smem + KV_BASE + KV_TILE)
+#elif defined(CV_WGMMA) && CV_WG_SW
 #define SMEM_DECL                                                                              \
     __local ushort smem_raw_[SMEM_ELEMS + 448] __attribute__((aligned(128)));                  \
-    __local ushort *smem = (__local ushort *)(((size_t)smem_raw_ + 1023) & ~(size_t)1023)
+    __local ushort *smem = (__local ushort *)(((size_t)smem_raw_ + 1023) & ~(size_t)1023);     \
+    __local int range[4]
 #else
-#define SMEM_DECL __local ushort smem[SMEM_ELEMS] __attribute__((aligned(128)))
+#define SMEM_DECL                                                                              \
+    __local ushort smem[SMEM_ELEMS] __attribute__((aligned(128)));                            \
+    __local int range[4]
 #endif
 #define KV_ELEMS (2 * KV_TILE)
-#ifndef Q_SMEM
+#if WG_QLOCAL
+#define Q_IN_REGS 0
+#define SMEM_ELEMS (BLOCK_M * HEAD_DIM + KV_ELEMS)
+#define KV_BASE (BLOCK_M * HEAD_DIM)
+#elif !defined(Q_SMEM)
 #define Q_IN_REGS 1
 #define SMEM_ELEMS (Q_ELEMS > KV_ELEMS ? Q_ELEMS : KV_ELEMS)
 #define KV_BASE 0
@@ -176,6 +203,20 @@
                        ok_ ? 16 : 0);                                                          \
         }                                                                                      \
     } while (0)
+/* Rows ELEXPR(rr_) (an element offset, rr_ < nrows; rows from nrows on
+ * zero-filled) into ROWS rows of the same layout: the Q tile of CV_WG_QS,
+ * staged once. */
+#define STAGE_SW_ROWS(dst, ROWS, base, ELEXPR, nrows)                                           \
+    do {                                                                                       \
+        for (int e_ = lid; e_ < (ROWS) * CPR; e_ += WG_SIZE) {                                 \
+            const int c_ = e_ & 7, r_ = (e_ >> 3) % (ROWS), h_ = (e_ >> 3) / (ROWS);           \
+            const bool ok_ = r_ < (nrows);                                                     \
+            const int rr_ = ok_ ? r_ : 0;                                                      \
+            const size_t el_ = (size_t)(ELEXPR) + (size_t)(h_ * 64 + c_ * 8);                  \
+            cp_async16((dst) + h_ * ((ROWS) * 64) + r_ * 64 + ((c_ ^ (r_ & 7)) << 3),          \
+                       (base) + el_ * 2, ok_ ? 16 : 0);                                        \
+        }                                                                                      \
+    } while (0)
 #define STAGE_K(dst, ROWS, base, j0, nrows, stride, col0) STAGE_SW(dst, base, j0, nrows, stride, col0)
 #define STAGE_V(dst, ROWS, base, j0, nrows, stride, col0) STAGE_SW(dst, base, j0, nrows, stride, col0)
 /* K as the K-major operand: 8-key groups 1024 bytes apart (sbo), a k16 step
@@ -241,11 +282,24 @@
 #ifdef CV_WGMMA
 /* The two products on the tiles Ks and Vs: S (this warp's 16 x 64 part) +=
  * Q K^T, O += P V. */
-#if HEAD_DIM == 128
+#if WG_QLOCAL && HEAD_DIM == 128
+#define WG_QK(acc, a, z)                                                                       \
+    WG_SS(64, 8, 0, 1, acc, smem, K_LBO, K_SBO, K_STEP, BLOCK_M * 128, Ks, K_LBO, K_SBO, K_STEP, \
+          K_STEP4)
+#elif WG_QLOCAL
+#define WG_QK(acc, a, z)                                                                       \
+    WG_SS(64, 4, 0, 1, acc, smem, K_LBO, K_SBO, K_STEP, BLOCK_M * 128, Ks, K_LBO, K_SBO, K_STEP, \
+          K_STEP4)
+#endif
+#if HEAD_DIM == 128 && !WG_QLOCAL
 #define WG_QK(acc, a, z) WG_RS(64, 8, 0, KV_SW, acc, a, Ks, K_LBO, K_SBO, K_STEP, K_STEP4, z)
 #define WG_PV(acc, a, z) WG_RS(128, 4, 1, KV_SW, acc, a, Vs, V_LBO, V_SBO, V_STEP, V_STEP4, z)
+#elif HEAD_DIM == 128
+#define WG_PV(acc, a, z) WG_RS(128, 4, 1, KV_SW, acc, a, Vs, V_LBO, V_SBO, V_STEP, V_STEP4, z)
 #else
+#if !WG_QLOCAL
 #define WG_QK(acc, a, z) WG_RS(64, 4, 0, KV_SW, acc, a, Ks, K_LBO, K_SBO, K_STEP, K_STEP4, z)
+#endif
 #define WG_PV(acc, a, z) WG_RS(64, 4, 1, KV_SW, acc, a, Vs, V_LBO, V_SBO, V_STEP, V_STEP4, z)
 #endif
 #endif
@@ -288,7 +342,6 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
      * unaligned array gave wrong sums on an H100 (../shared/gpu/README.md);
      * 1024 for the swizzled layout (SMEM_DECL) */
     SMEM_DECL;
-    __local int range[4];
 #ifdef CV_PAGED
     __local int krow_l[2 * BLOCK_N];
 #endif
@@ -341,13 +394,23 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
     const int s0 = sp * chunk, s1 = min(lk, s0 + chunk);
 
     /* Q tile -> local (async), while the visible key ranges are worked out. */
-    STAGE_ROWS_OF(smem, BLOCK_M, qb,
+#if WG_QLOCAL
+    STAGE_SW_ROWS(smem, BLOCK_M, qb,
                   (long)(q0 + QIDX(row0 + rr_)) * q_stride + (long)QHEAD(row0 + rr_) * HEAD_DIM,
                   rows);
 #else
+    STAGE_ROWS_OF(smem, BLOCK_M, qb,
+                  (long)(q0 + QIDX(row0 + rr_)) * q_stride + (long)QHEAD(row0 + rr_) * HEAD_DIM,
+                  rows);
+#endif
+#else
     const int kvh = h / group, s0 = 0, s1 = lk;
 
+#if WG_QLOCAL
+    STAGE_SW_ROWS(smem, BLOCK_M, qb, (long)(q0 + row0 + rr_) * q_stride + (long)h * HEAD_DIM, rows);
+#else
     STAGE_ROWS(smem, BLOCK_M, qb, q0 + row0, rows, q_stride, h * HEAD_DIM);
+#endif
 #endif
     cp_async_commit();
 
@@ -691,6 +754,9 @@ void attn_wgmma_check(__global const uchar *in, __global float *out)
     const int warp = lid >> 5, lane = lid & 31, g = lane >> 2, t4 = lane & 3;
     const int k0 = 0; /* KV_ROW */
     const size_t tile = (size_t)64 * HEAD_DIM * 2;
+#if WG_QLOCAL
+    STAGE_SW_ROWS(smem, BLOCK_M, in, (long)rr_ * HEAD_DIM, BLOCK_M);
+#else
     STAGE_ROWS(smem, BLOCK_M, in, 0, BLOCK_M, HEAD_DIM, 0);
     cp_async_commit();
     cp_async_wait_all();
@@ -700,7 +766,8 @@ void attn_wgmma_check(__global const uchar *in, __global float *out)
     for (int ks = 0; ks < KSTEPS; ks++)
         qf[ks] = ldsm_x4(smem + (warp * 16 + (lane & 15)) * SROW + ks * 16 + (lane >> 4) * 8);
     barrier(CLK_LOCAL_MEM_FENCE);
-    __local ushort *Ks = smem, *Vs = smem + KV_TILE;
+#endif
+    __local ushort *Ks = smem + KV_BASE, *Vs = Ks + KV_TILE;
     STAGE_K(Ks, BLOCK_N, in + tile, 0, BLOCK_N, HEAD_DIM, 0);
     STAGE_V(Vs, BLOCK_N, in + 2 * tile, 0, BLOCK_N, HEAD_DIM, 0);
     cp_async_commit();

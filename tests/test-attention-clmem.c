@@ -261,17 +261,18 @@ END_TEST
 
 /* The tensor-core kernel's wgmma form (native on an NVIDIA Hopper device,
  * emulated elsewhere: there it checks the K/V layouts, 128-byte swizzled and
- * (wgswz=0) not, and the descriptors' strides against the same rules the
- * hardware applies, and its capability check, attn_wgmma_check, runs first
- * and must pass): head dims 64 and 128, sequences of several 64-key tiles,
+ * (wgswz=0) not, Q's tile in local memory and (wgqs=0) in registers, and the
+ * descriptors' strides against the same rules the hardware applies, and its
+ * capability check, attn_wgmma_check, runs first and must pass): head dims 64
+ * and 128, sequences of several 64-key tiles,
  * GQA with the query heads of a KV head packed into the tile rows and
  * (wgpack=0) without, MHA, causal, window, softcap, lq != lk, q_pos, strided
  * q, the cl_mem entry point. */
 START_TEST(test_wgmma_kernel)
 {
-    static const char *const variants[] = {NULL, "wgpack=0", "wgswz=0"};
+    static const char *const variants[] = {NULL, "wgpack=0", "wgqs=0", "wgswz=0"};
     setenv("CLVARLEN_ATTENTION_KERNEL", "wgmma", 1);
-    for (int vi = 0; vi < 3; vi++) {
+    for (int vi = 0; vi < 4; vi++) {
         if (variants[vi])
             setenv("CLVARLEN_ATTENTION_TUNING", variants[vi], 1);
         clvarlen_context *ctx = tu_cl_context();

@@ -13,6 +13,11 @@ torch.nn.attention.varlen.varlen_attn (FlashAttention's varlen kernel) with
 CUDA events, compares its output with clvarlen's (<case>.o) and prints both
 rates and their ratio. FLOPs are counted as in tools/ops/attention.c:
 4 * sum(L^2) * D * Hq, halved for causal.
+
+With --fa4 (flash-attn-4 installed, ../shared/gpu/README.md "Running the
+Python anchors") FlashAttention-4's varlen forward (its Hopper kernel, the FA3
+class) runs on the same inputs too: a column of its rate, its distance from
+PyTorch's output, and each clvarlen run's ratio to it.
 """
 import argparse
 import inspect
@@ -65,6 +70,17 @@ def call_varlen(fn, q, k, v, cu, max_len, causal, hq, hk):
     return fn(q, k, v, cu, cu, max_len, max_len, **kwargs)
 
 
+def call_fa4(fn, q, k, v, cu, max_len, causal):
+    params = inspect.signature(fn).parameters
+    kw = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, causal=causal)
+    if "max_seqlen_q" in params:
+        kw["max_seqlen_q"] = max_len
+    if "max_seqlen_k" in params:
+        kw["max_seqlen_k"] = max_len
+    out = fn(q, k, v, **kw)
+    return out[0] if isinstance(out, tuple) else out
+
+
 def time_cuda(f, iters):
     for _ in range(3):
         f()
@@ -87,11 +103,16 @@ def main():
     ap.add_argument("--dump", required=True, nargs="+",
                     help="CLVARLEN_BENCH_DUMP directories (several: one column each)")
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--fa4", action="store_true",
+                    help="FlashAttention-4's varlen forward beside PyTorch's")
     ap.add_argument("--tolerance", type=float, default=1e-2,
                     help="relative L2 between the two outputs (SPEC bf16 tolerance)")
     args = ap.parse_args()
 
     from torch.nn.attention.varlen import varlen_attn
+    fa4 = None
+    if args.fa4:
+        from flash_attn.cute.interface import flash_attn_varlen_func as fa4
 
     dev = torch.device("cuda")
     print(f"# torch {torch.__version__}, {torch.cuda.get_device_name(0)}")
@@ -110,8 +131,12 @@ def main():
         runs.append(cases)
     failed = 0
     head = f"{'case':22} {'torch TFLOP/s':>14}"
+    if fa4:
+        head += f" {'FA4 TFLOP/s':>12} {'FA4/torch':>9} {'FA4 L2':>9}"
     for i in range(len(runs)):
         head += f" | {'run ' + str(i) + ' TFLOP/s':>15} {'ratio':>6} {'rel L2':>9}"
+        if fa4:
+            head += f" {'/ FA4':>6}"
     print(head)
     for name in order:
         first = next(i for i, r in enumerate(runs) if name in r)
@@ -143,6 +168,17 @@ def main():
         torch_tflops = flops / t * 1e-12
         ref = out.float()
         line = f"{name:22} {torch_tflops:14.1f}"
+        fa4_tflops = None
+        if fa4:
+            try:
+                o4 = call_fa4(fa4, q, k, v, cu, max_len, causal)
+                t4 = time_cuda(lambda: call_fa4(fa4, q, k, v, cu, max_len, causal), args.iters)
+                fa4_tflops = flops / t4 * 1e-12
+                e4 = float((o4.float() - ref).norm() / ref.norm().clamp_min(1e-30))
+                line += f" {fa4_tflops:12.1f} {fa4_tflops / torch_tflops:8.2f}x {e4:9.2e}"
+                del o4
+            except Exception as e:  # one shape FA4 refuses must not hide the rest
+                line += f" {'failed':>12} {type(e).__name__:>9} {'':>9}"
         for i, r in enumerate(runs):
             if name not in r:
                 line += f" | {'-':>15} {'-':>6} {'-':>9}"
@@ -155,6 +191,8 @@ def main():
             failed += 0 if ok else 1
             line += (f" | {cl_tflops:15.1f} {cl_tflops / torch_tflops:5.2f}x "
                      f"{err:9.2e}{'' if ok else ' MISMATCH'}")
+            if fa4:
+                line += (f" {cl_tflops / fa4_tflops:5.2f}x" if fa4_tflops else f" {'-':>6}")
             del ours
         print(line + (" " + note if note else ""))
         sys.stdout.flush()
