@@ -344,6 +344,28 @@ double tu_rel_err(const void *a, const void *b, clvarlen_dtype dtype, size_t n)
     return den > 0.0 ? sqrt(num / den) : sqrt(num);
 }
 
+double tu_rel_err_floor(const void *a, const void *b, clvarlen_dtype dtype, size_t n,
+                        double floor_rms)
+{
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double x = tu_get(a, dtype, i), y = tu_get(b, dtype, i);
+        int kind = pair_kind(x, y);
+        if (kind < 0)
+            return INFINITY;
+        if (kind > 0)
+            continue;
+        num += (x - y) * (x - y);
+        den += y * y;
+    }
+    if (num == 0.0)
+        return 0.0;
+    const double fl = (double)n * floor_rms * floor_rms;
+    if (den < fl)
+        den = fl;
+    return den > 0.0 ? sqrt(num / den) : sqrt(num);
+}
+
 double tu_max_abs_err(const void *a, const void *b, clvarlen_dtype dtype, size_t n)
 {
     double m = 0.0;

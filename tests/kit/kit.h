@@ -87,6 +87,11 @@ double tu_tolerance(clvarlen_dtype dtype);
  * +inf when a NaN appears in either (NaN never passes, not even against NaN), or an
  * infinity the other does not match. */
 double tu_rel_err(const void *a, const void *b, clvarlen_dtype dtype, size_t n);
+/** tu_rel_err with ||b|| taken as at least sqrt(n) * floor_rms: for tensors
+ * whose exact value cancels to (nearly) zero, where two correct results differ
+ * only by rounding noise. */
+double tu_rel_err_floor(const void *a, const void *b, clvarlen_dtype dtype, size_t n,
+                        double floor_rms);
 /** Largest |a[i] - b[i]|; +inf on NaN or unmatched infinities as tu_rel_err. */
 double tu_max_abs_err(const void *a, const void *b, clvarlen_dtype dtype, size_t n);
 /** 1 if err is within tol with no NaN (NaN never passes) and no infinity mismatch. */
