@@ -281,13 +281,7 @@
 #endif
 #ifdef CV_WGMMA
 /* The two products on the tiles Ks and Vs: S (this warp's 16 x 64 part) +=
- * Q K^T, O += P V. CV_WG_PNC: P's fragments reach the wgmma without the
- * copies that keep register A operands alive (P is dead after it). */
-#if defined(CV_WG_PNC) && CV_WG_PNC
-#define WG_PVN(N, acc, a, z) WG_RSNC(N, 4, 1, KV_SW, acc, a, Vs, V_LBO, V_SBO, V_STEP, V_STEP4)
-#else
-#define WG_PVN(N, acc, a, z) WG_RS(N, 4, 1, KV_SW, acc, a, Vs, V_LBO, V_SBO, V_STEP, V_STEP4, z)
-#endif
+ * Q K^T, O += P V. */
 #if WG_QLOCAL && HEAD_DIM == 128
 #define WG_QK(acc, a, z)                                                                       \
     WG_SS(64, 8, 0, 1, acc, smem, K_LBO, K_SBO, K_STEP, BLOCK_M * 128, Ks, K_LBO, K_SBO, K_STEP, \
@@ -299,14 +293,14 @@
 #endif
 #if HEAD_DIM == 128 && !WG_QLOCAL
 #define WG_QK(acc, a, z) WG_RS(64, 8, 0, KV_SW, acc, a, Ks, K_LBO, K_SBO, K_STEP, K_STEP4, z)
-#define WG_PV(acc, a, z) WG_PVN(128, acc, a, z)
+#define WG_PV(acc, a, z) WG_RS(128, 4, 1, KV_SW, acc, a, Vs, V_LBO, V_SBO, V_STEP, V_STEP4, z)
 #elif HEAD_DIM == 128
-#define WG_PV(acc, a, z) WG_PVN(128, acc, a, z)
+#define WG_PV(acc, a, z) WG_RS(128, 4, 1, KV_SW, acc, a, Vs, V_LBO, V_SBO, V_STEP, V_STEP4, z)
 #else
 #if !WG_QLOCAL
 #define WG_QK(acc, a, z) WG_RS(64, 4, 0, KV_SW, acc, a, Ks, K_LBO, K_SBO, K_STEP, K_STEP4, z)
 #endif
-#define WG_PV(acc, a, z) WG_PVN(64, acc, a, z)
+#define WG_PV(acc, a, z) WG_RS(64, 4, 1, KV_SW, acc, a, Vs, V_LBO, V_SBO, V_STEP, V_STEP4, z)
 #endif
 #endif
 

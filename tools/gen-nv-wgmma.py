@@ -41,10 +41,6 @@ HEADER = r"""/* Hopper's warpgroup MMA (wgmma.mma_async, sm_90a) for kernels who
  *       (n % 64) 2.
  * b must be 16-byte aligned (SW = 0: 128); lbo, sbo, step and step4 multiples of 16.
  *
- * WG_RSNC(N, KS, T, SW, acc, a, b, lbo, sbo, step, step4) is WG_RS without the
- * copies (T = 1 shapes): for A fragments that are dead after the call (P),
- * whose registers ptxas may then reuse.
- *
  * WG_SS(N, KS, T, SW, acc, qa, albo, asbo, astep, astep4, b, lbo, sbo, step, step4)
  * does the same with A (the warpgroup's 64 x 16 per step, warp w's rows 16 w
  * ..) read from local memory too, K-major in the layout of B's SW rules (rows
@@ -107,9 +103,6 @@ FOOTER = r"""
 #define WG_RS(N, KS, T, SW, acc, a, b, lbo, sbo, step, step4, zero)                             \
     wg_rs_n##N##_k##KS##_t##T((acc), (a), wg_desc((b), (lbo), (sbo), (SW)),                     \
                               (ulong)((step) >> 4), (ulong)((step4) >> 4), (zero))
-#define WG_RSNC(N, KS, T, SW, acc, a, b, lbo, sbo, step, step4)                                \
-    wg_rs_n##N##_k##KS##_t##T##_nc((acc), (a), wg_desc((b), (lbo), (sbo), (SW)),               \
-                                   (ulong)((step) >> 4), (ulong)((step4) >> 4))
 #define WG_SS(N, KS, T, SW, acc, qa, albo, asbo, astep, astep4, b, lbo, sbo, step, step4)      \
     wg_ss_n##N##_k##KS##_t##T((acc), wg_desc((qa), (albo), (asbo), (SW)), (ulong)((astep) >> 4), \
                               (ulong)((astep4) >> 4), wg_desc((b), (lbo), (sbo), (SW)),          \
@@ -196,9 +189,6 @@ inline void emu_wg_ss(float4 *acc, int n8, int ksteps, __local const ushort *qa,
     emu_wg_ss((acc), (N) / 8, (KS), (qa), (albo), (asbo), (astep), (astep4), (b), (lbo), (sbo),  \
               (step), (step4), (T), (SW), emu)
 
-#define WG_RSNC(N, KS, T, SW, acc, a, b, lbo, sbo, step, step4)                                \
-    emu_wg_rs((acc), (N) / 8, (a), (KS), (b), (lbo), (sbo), (step), (step4), (T), (SW), emu)
-
 #define WG_RS(N, KS, T, SW, acc, a, b, lbo, sbo, step, step4, zero)                             \
     emu_wg_rs((acc), (N) / 8, (a), (KS), (b), (lbo), (sbo), (step), (step4), (T), (SW), emu)
 
@@ -206,17 +196,13 @@ inline void emu_wg_ss(float4 *acc, int n8, int ksteps, __local const ushort *qa,
 """
 
 
-def helper(n, ks, trans, copy=True):
+def helper(n, ks, trans):
     nacc = n // 2  # f32 accumulators per work-item
     lines = []
-    name = f"wg_rs_n{n}_k{ks}_t{trans}" + ("" if copy else "_nc")
-    lines.append(f"/* WG_RS{'' if copy else 'NC'}({n}, {ks}, {trans}, ...) */")
-    if copy:
-        lines.append(f"inline void {name}(float4 *acc, const uint4 *a, ulong desc, ulong step, ulong step4,")
-        lines.append(f"{' ' * (len(name) + 12)}uint zero)")
-    else:
-        lines.append(f"inline void {name}(float4 *acc, const uint4 *a, ulong desc, ulong step,")
-        lines.append(f"{' ' * (len(name) + 12)}ulong step4)")
+    name = f"wg_rs_n{n}_k{ks}_t{trans}"
+    lines.append(f"/* WG_RS({n}, {ks}, {trans}, ...) */")
+    lines.append(f"inline void {name}(float4 *acc, const uint4 *a, ulong desc, ulong step, ulong step4,")
+    lines.append(f"{' ' * (len(name) + 12)}uint zero)")
     lines.append("{")
     lines.append(f"    float d[{nacc}];")
     lines.append("    UNROLL")
@@ -232,21 +218,16 @@ def helper(n, ks, trans, copy=True):
     # The A fragments reach the wgmma as copies made inside this statement
     # (a + zero, zero a run-time 0): see the header.
     zr = nacc + 5 * ks
-    if copy:
-        asm = ['"{\\n\\t.reg .pred p;\\n\\t.reg .b32 wa<%d>;\\n\\tsetp.ne.b32 p, 1, 0;\\n\\t"' % (4 * ks)]
-        for i in range(4 * ks):
-            asm.append(f'"add.u32 wa{i}, %{nacc + i}, %{zr};\\n\\t"')
-        areg = [f"wa{i}" for i in range(4 * ks)]
-    else:
-        asm = ['"{\\n\\t.reg .pred p;\\n\\tsetp.ne.b32 p, 1, 0;\\n\\t"']
-        areg = [f"%{nacc + i}" for i in range(4 * ks)]
+    asm = ['"{\\n\\t.reg .pred p;\\n\\t.reg .b32 wa<%d>;\\n\\tsetp.ne.b32 p, 1, 0;\\n\\t"' % (4 * ks)]
+    for i in range(4 * ks):
+        asm.append(f'"add.u32 wa{i}, %{nacc + i}, %{zr};\\n\\t"')
     asm.append('"// CVW wgmma.fence.sync.aligned;\\n\\t"')
     for s in range(ks):
         dd = nacc + 4 * ks + s
         w = 4 * s
         asm.append(f'"// CVW wgmma.mma_async.sync.aligned.m64n{n}k16.f32." WG_TYPES " "')
         asm.append(f'"{{{acc_list}}}, "')
-        asm.append(f'"{{{areg[w]}, {areg[w + 1]}, {areg[w + 2]}, {areg[w + 3]}}}, %{dd}, p, 1, 1, {trans};\\n\\t"')
+        asm.append(f'"{{wa{w}, wa{w + 1}, wa{w + 2}, wa{w + 3}}}, %{dd}, p, 1, 1, {trans};\\n\\t"')
     asm.append('"// CVW wgmma.commit_group.sync.aligned;\\n\\t"')
     asm.append('"// CVW wgmma.wait_group.sync.aligned 0;\\n\\t}"')
     lines.append("    asm volatile(" + asm[0])
@@ -258,8 +239,7 @@ def helper(n, ks, trans, copy=True):
     for s in range(ks):
         ins += [f'"r"(a[{s}].x)', f'"r"(a[{s}].y)', f'"r"(a[{s}].z)', f'"r"(a[{s}].w)']
     ins += [f'"l"(d{s})' for s in range(ks)]
-    if copy:
-        ins += ['"r"(zero)']
+    ins += ['"r"(zero)']
     lines.append("                 : " + ", ".join(ins))
     lines.append('                 : "memory");')
     lines.append("    UNROLL")
@@ -317,10 +297,6 @@ def main():
     for n, ks, t in SHAPES:
         out.append(helper(n, ks, t))
         out.append("")
-    for n, ks, t in SHAPES:
-        if t == 1:
-            out.append(helper(n, ks, t, copy=False))
-            out.append("")
     for n, ks, t in SS_SHAPES:
         out.append(helper_ss(n, ks, t))
         out.append("")

@@ -267,11 +267,9 @@ static clvarlen_status mma_cfg(clvarlen_context *ctx, const char *fn, const cv_a
          * 328 against 269 TFLOP/s, causal 290 against 241; 64 x 65536 332
          * against 282, causal 293 against 243); wgqs=0 keeps Q in registers */
         const int qs = swz && cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "wgqs", 1) != 0;
-        const int pnc = cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "wgpnc", 0) != 0;
         snprintf(options, sizeof options,
-                 "-DCV_DTYPE=%d -DHEAD_DIM=%d -DBLOCK_M=64 -DBLOCK_N=64 -DCV_WGMMA=1 -DCV_WG_SW=%d%s%s%s%s",
+                 "-DCV_DTYPE=%d -DHEAD_DIM=%d -DBLOCK_M=64 -DBLOCK_N=64 -DCV_WGMMA=1 -DCV_WG_SW=%d%s%s%s",
                  cv_dtype_kernel_code(d->dtype), (int)d->head_dim, swz, qs ? " -DCV_WG_QS=1" : "",
-                 pnc ? " -DCV_WG_PNC=1" : "",
                  pack ? " -DCV_GQA_PACK=1" : "", nv ? " -DCV_NV_PTX=1 " CV_SM90A_OPTION : "");
         bool ok = false;
         clvarlen_status st = wgmma_ready(ctx, fn, d, options, &ok);
