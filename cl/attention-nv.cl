@@ -282,25 +282,24 @@
 #ifdef CV_WGMMA
 /* The two products on the tiles Ks and Vs: S (this warp's 16 x 64 part) +=
  * Q K^T, O += P V. */
-#if WG_QLOCAL && HEAD_DIM == 128
+#if HEAD_DIM == 128
+#define WG_PV(acc, a, z) WG_RS(128, 4, 1, KV_SW, acc, a, Vs, V_LBO, V_SBO, V_STEP, V_STEP4, z)
+#if WG_QLOCAL /* Q from local memory (its tile at smem, K's layout) */
 #define WG_QK(acc, a, z)                                                                       \
     WG_SS(64, 8, 0, 1, acc, smem, K_LBO, K_SBO, K_STEP, BLOCK_M * 128, Ks, K_LBO, K_SBO, K_STEP, \
           K_STEP4)
-#elif WG_QLOCAL
+#else
+#define WG_QK(acc, a, z) WG_RS(64, 8, 0, KV_SW, acc, a, Ks, K_LBO, K_SBO, K_STEP, K_STEP4, z)
+#endif
+#else /* HEAD_DIM 64 */
+#define WG_PV(acc, a, z) WG_RS(64, 4, 1, KV_SW, acc, a, Vs, V_LBO, V_SBO, V_STEP, V_STEP4, z)
+#if WG_QLOCAL
 #define WG_QK(acc, a, z)                                                                       \
     WG_SS(64, 4, 0, 1, acc, smem, K_LBO, K_SBO, K_STEP, BLOCK_M * 128, Ks, K_LBO, K_SBO, K_STEP, \
           K_STEP4)
-#endif
-#if HEAD_DIM == 128 && !WG_QLOCAL
-#define WG_QK(acc, a, z) WG_RS(64, 8, 0, KV_SW, acc, a, Ks, K_LBO, K_SBO, K_STEP, K_STEP4, z)
-#define WG_PV(acc, a, z) WG_RS(128, 4, 1, KV_SW, acc, a, Vs, V_LBO, V_SBO, V_STEP, V_STEP4, z)
-#elif HEAD_DIM == 128
-#define WG_PV(acc, a, z) WG_RS(128, 4, 1, KV_SW, acc, a, Vs, V_LBO, V_SBO, V_STEP, V_STEP4, z)
 #else
-#if !WG_QLOCAL
 #define WG_QK(acc, a, z) WG_RS(64, 4, 0, KV_SW, acc, a, Ks, K_LBO, K_SBO, K_STEP, K_STEP4, z)
 #endif
-#define WG_PV(acc, a, z) WG_RS(64, 4, 1, KV_SW, acc, a, Vs, V_LBO, V_SBO, V_STEP, V_STEP4, z)
 #endif
 #endif
 
