@@ -90,11 +90,10 @@ bool cv_attn_mma_device(const clvarlen_context *ctx)
  * the decode packing, not paged, head dim 64 or 128 (wgmma_shape); on NVIDIA
  * devices of compute capability 9.x (Hopper: sm_90a) by default when the
  * sequences average at least 96 queries, the length from which the mma.sync
- * form holds Q in registers too (measured on an H200, same run as PyTorch's
- * FlashAttention-2, bf16 D 128: 16 x 16384 271 against 208 TFLOP/s, 64 x
- * 65536 281 against 217, causal 241 against 190 and 198; 128 x 8192, 64 on
- * average, 72.5 against 73.8, so shorter rows keep mma.sync;
- * docs/PERFORMANCE.md). CLVARLEN_ATTENTION_TUNING=wgmma=0/1 turns it off or
+ * form holds Q in registers too (bf16 D 128 on an H100: 16 x 16384 323
+ * against 212 TFLOP/s on mma.sync, 64 x 65536 causal 299 against 197; on an
+ * H200 128 x 8192, 64 queries on average, 72.5 against 73.8, so shorter rows
+ * keep mma.sync; docs/PERFORMANCE.md). CLVARLEN_ATTENTION_TUNING=wgmma=0/1 turns it off or
  * on for every length (on NVIDIA, Hopper only), CLVARLEN_ATTENTION_KERNEL=wgmma
  * forces it on any device (emulated elsewhere); it runs only after its check
  * passed (wgmma_ready). */
@@ -256,7 +255,7 @@ static clvarlen_status mma_cfg(clvarlen_context *ctx, const char *fn, const cv_a
         q_smem = 0;
     }
     if (wgmma_shape(d, pack) && wgmma_wanted(ctx, d)) {
-        /* one warpgroup of 64 rows, 64-key tiles, Q in registers (cl/attention-nv.cl) */
+        /* one warpgroup of 64 rows, 64-key tiles (cl/attention-nv.cl) */
         const bool nv = ctx->device.vendor == CLVARLEN_VENDOR_NVIDIA;
         char options[sizeof cfg->options];
         /* CLVARLEN_ATTENTION_TUNING wgswz=0: K and V tiles as unswizzled core
