@@ -96,27 +96,25 @@
 #define KV_TILE (BLOCK_N * SROW)
 #define WG_QLOCAL 0
 #endif
-/* The kernels' local tile memory `smem`, and `range` (4 ints). A swizzle atom
- * (8 rows of 128 bytes) must start 1024-byte aligned, as the swizzle works on
- * address bits 4-9: the swizzled form rounds the address up itself rather than
- * trust that a compiler honours an alignment attribute that large (PoCL does
- * not), except with Q in local memory too, whose tiles fill the 48 KiB an
- * NVIDIA work-group gets (an unaligned array makes its check fail, and the
- * mma.sync form runs); there `range` lives in the V tile, which is not
- * written before the range is read. */
+/* The kernels' local tile memory `smem` (SMEM_DECL), and `range` (4 ints,
+ * RANGE_DECL). A swizzle atom (8 rows of 128 bytes) must start 1024-byte
+ * aligned, as the swizzle works on address bits 4-9: the swizzled form rounds
+ * the address up itself rather than trust that a compiler honours an
+ * alignment attribute that large (PoCL does not), except with Q in local
+ * memory too, whose tiles fill the 48 KiB an NVIDIA work-group gets (an
+ * unaligned array makes its check fail, and the mma.sync form runs); there
+ * `range` lives in the V tile, which is not written before the range is read. */
 #if WG_QLOCAL
-#define SMEM_DECL                                                                              \
-    __local ushort smem[SMEM_ELEMS] __attribute__((aligned(1024)));                           \
-    __local int *range = (__local int *)(smem + KV_BASE + KV_TILE)
+#define SMEM_DECL __local ushort smem[SMEM_ELEMS] __attribute__((aligned(1024)))
+#define RANGE_DECL __local int *range = (__local int *)(smem + KV_BASE + KV_TILE)
 #elif defined(CV_WGMMA) && CV_WG_SW
 #define SMEM_DECL                                                                              \
     __local ushort smem_raw_[SMEM_ELEMS + 448] __attribute__((aligned(128)));                  \
-    __local ushort *smem = (__local ushort *)(((size_t)smem_raw_ + 1023) & ~(size_t)1023);     \
-    __local int range[4]
+    __local ushort *smem = (__local ushort *)(((size_t)smem_raw_ + 1023) & ~(size_t)1023)
+#define RANGE_DECL __local int range[4]
 #else
-#define SMEM_DECL                                                                              \
-    __local ushort smem[SMEM_ELEMS] __attribute__((aligned(128)));                            \
-    __local int range[4]
+#define SMEM_DECL __local ushort smem[SMEM_ELEMS] __attribute__((aligned(128)))
+#define RANGE_DECL __local int range[4]
 #endif
 #define KV_ELEMS (2 * KV_TILE)
 #if WG_QLOCAL
@@ -341,6 +339,7 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
      * unaligned array gave wrong sums on an H100 (../shared/gpu/README.md);
      * 1024 for the swizzled layout (SMEM_DECL) */
     SMEM_DECL;
+    RANGE_DECL;
 #ifdef CV_PAGED
     __local int krow_l[2 * BLOCK_N];
 #endif
