@@ -196,6 +196,19 @@ inline void emu_wg_ss(float4 *acc, int n8, int ksteps, __local const ushort *qa,
 """
 
 
+def acc_load(n):
+    """A helper's opening: the accumulators into the asm statement's floats."""
+    return ["{", f"    float d[{n // 2}];", "    UNROLL", f"    for (int i = 0; i < {n // 8}; i++) {{",
+            "        d[4 * i] = acc[i].x;", "        d[4 * i + 1] = acc[i].y;",
+            "        d[4 * i + 2] = acc[i].z;", "        d[4 * i + 3] = acc[i].w;", "    }"]
+
+
+def acc_store(n):
+    """A helper's close: the floats back into the accumulators."""
+    return ["    UNROLL", f"    for (int i = 0; i < {n // 8}; i++)",
+            "        acc[i] = (float4)(d[4 * i], d[4 * i + 1], d[4 * i + 2], d[4 * i + 3]);", "}"]
+
+
 def helper(n, ks, trans):
     nacc = n // 2  # f32 accumulators per work-item
     lines = []
@@ -203,15 +216,7 @@ def helper(n, ks, trans):
     lines.append(f"/* WG_RS({n}, {ks}, {trans}, ...) */")
     lines.append(f"inline void {name}(float4 *acc, const uint4 *a, ulong desc, ulong step, ulong step4,")
     lines.append(f"{' ' * (len(name) + 12)}uint zero)")
-    lines.append("{")
-    lines.append(f"    float d[{nacc}];")
-    lines.append("    UNROLL")
-    lines.append(f"    for (int i = 0; i < {n // 8}; i++) {{")
-    lines.append("        d[4 * i] = acc[i].x;")
-    lines.append("        d[4 * i + 1] = acc[i].y;")
-    lines.append("        d[4 * i + 2] = acc[i].z;")
-    lines.append("        d[4 * i + 3] = acc[i].w;")
-    lines.append("    }")
+    lines += acc_load(n)
     for s in range(ks):
         lines.append(f"    const ulong d{s} = desc + {s % 4}ul * step + {s // 4}ul * step4;")
     acc_list = ", ".join(f"%{i}" for i in range(nacc))
@@ -242,10 +247,7 @@ def helper(n, ks, trans):
     ins += ['"r"(zero)']
     lines.append("                 : " + ", ".join(ins))
     lines.append('                 : "memory");')
-    lines.append("    UNROLL")
-    lines.append(f"    for (int i = 0; i < {n // 8}; i++)")
-    lines.append("        acc[i] = (float4)(d[4 * i], d[4 * i + 1], d[4 * i + 2], d[4 * i + 3]);")
-    lines.append("}")
+    lines += acc_store(n)
     return "\n".join(lines)
 
 
@@ -256,15 +258,7 @@ def helper_ss(n, ks, trans):
     lines.append(f"/* WG_SS({n}, {ks}, {trans}, ...) */")
     lines.append(f"inline void {name}(float4 *acc, ulong adesc, ulong astep, ulong astep4, ulong desc,")
     lines.append(f"{' ' * (len(name) + 12)}ulong step, ulong step4)")
-    lines.append("{")
-    lines.append(f"    float d[{nacc}];")
-    lines.append("    UNROLL")
-    lines.append(f"    for (int i = 0; i < {n // 8}; i++) {{")
-    lines.append("        d[4 * i] = acc[i].x;")
-    lines.append("        d[4 * i + 1] = acc[i].y;")
-    lines.append("        d[4 * i + 2] = acc[i].z;")
-    lines.append("        d[4 * i + 3] = acc[i].w;")
-    lines.append("    }")
+    lines += acc_load(n)
     for s_ in range(ks):
         lines.append(f"    const ulong a{s_} = adesc + {s_ % 4}ul * astep + {s_ // 4}ul * astep4;")
         lines.append(f"    const ulong d{s_} = desc + {s_ % 4}ul * step + {s_ // 4}ul * step4;")
@@ -285,10 +279,7 @@ def helper_ss(n, ks, trans):
     ins = [f'"l"(a{s_})' for s_ in range(ks)] + [f'"l"(d{s_})' for s_ in range(ks)]
     lines.append("                 : " + ", ".join(ins))
     lines.append('                 : "memory");')
-    lines.append("    UNROLL")
-    lines.append(f"    for (int i = 0; i < {n // 8}; i++)")
-    lines.append("        acc[i] = (float4)(d[4 * i], d[4 * i + 1], d[4 * i + 2], d[4 * i + 3]);")
-    lines.append("}")
+    lines += acc_store(n)
     return "\n".join(lines)
 
 

@@ -326,24 +326,6 @@ static int pair_kind(double x, double y)
     return isfinite(x) ? 0 : -1;
 }
 
-double tu_rel_err(const void *a, const void *b, clvarlen_dtype dtype, size_t n)
-{
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double x = tu_get(a, dtype, i), y = tu_get(b, dtype, i);
-        int kind = pair_kind(x, y);
-        if (kind < 0)
-            return INFINITY;
-        if (kind > 0)
-            continue;
-        num += (x - y) * (x - y);
-        den += y * y;
-    }
-    if (num == 0.0)
-        return 0.0;
-    return den > 0.0 ? sqrt(num / den) : sqrt(num);
-}
-
 double tu_rel_err_floor(const void *a, const void *b, clvarlen_dtype dtype, size_t n,
                         double floor_rms)
 {
@@ -364,6 +346,11 @@ double tu_rel_err_floor(const void *a, const void *b, clvarlen_dtype dtype, size
     if (den < fl)
         den = fl;
     return den > 0.0 ? sqrt(num / den) : sqrt(num);
+}
+
+double tu_rel_err(const void *a, const void *b, clvarlen_dtype dtype, size_t n)
+{
+    return tu_rel_err_floor(a, b, dtype, n, 0.0);
 }
 
 double tu_max_abs_err(const void *a, const void *b, clvarlen_dtype dtype, size_t n)
