@@ -201,20 +201,7 @@
                        ok_ ? 16 : 0);                                                          \
         }                                                                                      \
     } while (0)
-/* Rows ELEXPR(rr_) (an element offset, rr_ < nrows; rows from nrows on
- * zero-filled) into ROWS rows of the same layout: the Q tile of CV_WG_QS,
- * staged once. */
-#define STAGE_SW_ROWS(dst, ROWS, base, ELEXPR, nrows)                                           \
-    do {                                                                                       \
-        for (int e_ = lid; e_ < (ROWS) * CPR; e_ += WG_SIZE) {                                 \
-            const int c_ = e_ & 7, r_ = (e_ >> 3) % (ROWS), h_ = (e_ >> 3) / (ROWS);           \
-            const bool ok_ = r_ < (nrows);                                                     \
-            const int rr_ = ok_ ? r_ : 0;                                                      \
-            const size_t el_ = (size_t)(ELEXPR) + (size_t)(h_ * 64 + c_ * 8);                  \
-            cp_async16((dst) + h_ * ((ROWS) * 64) + r_ * 64 + ((c_ ^ (r_ & 7)) << 3),          \
-                       (base) + el_ * 2, ok_ ? 16 : 0);                                        \
-        }                                                                                      \
-    } while (0)
+/* The Q tile of CV_WG_QS is staged once by STAGE_SW_ROWS (cl/nv-wgmma.clh). */
 #define STAGE_K(dst, ROWS, base, j0, nrows, stride, col0) STAGE_SW(dst, base, j0, nrows, stride, col0)
 #define STAGE_V(dst, ROWS, base, j0, nrows, stride, col0) STAGE_SW(dst, base, j0, nrows, stride, col0)
 /* K as the K-major operand: 8-key groups 1024 bytes apart (sbo), a k16 step

@@ -698,6 +698,61 @@ START_TEST(test_bwd_mma_emulated)
 }
 END_TEST
 
+/* The tensor-core kernels' wgmma form (native on an NVIDIA Hopper device,
+ * emulated here through cl/nv-wgmma.clh, which reads the swizzled tiles by the
+ * descriptors' rules): head dims 64 and 128, the options the mma.sync form is
+ * tested with. The forward's check (attn_wgmma_check) must pass first. */
+START_TEST(test_bwd_wgmma_emulated)
+{
+    setenv("CLVARLEN_ATTENTION_KERNEL", "wgmma", 1);
+    clvarlen_context *ctx = tu_cl_context();
+    bcase c = bwd_base();
+    c.a.dtype = CLVARLEN_DTYPE_BF16;
+    c.a.d = c.a.dv = 64;
+    c.a.hq = 4;
+    c.a.hk = 2;
+    c.a.max_n = 4;
+    c.a.max_len = 150; /* several 64-key and 64-row tiles, 32-row and 32-key steps */
+    c.a.max_total = 300;
+    run_bwd_seeds(ctx, c, 1, "wgmma bf16 d 64 gqa");
+    c.a.causal = 1;
+    c.a.lq_ne_lk = 1;
+    run_bwd_seeds(ctx, c, 1, "wgmma causal lq != lk");
+    c.a.dtype = CLVARLEN_DTYPE_F16;
+    c.a.d = c.a.dv = 128;
+    c.a.wl = 40;
+    c.a.softcap = 4.0f;
+    c.grad_f32 = 1;
+    run_bwd_seeds(ctx, c, 1, "wgmma f16 d 128 window softcap grad f32");
+    c.a.wl = -1;
+    c.a.softcap = 0.0f;
+    c.a.use_qpos = 1;
+    c.a.hq = 4;
+    c.a.hk = 1;
+    c.a.q_pad = 8;
+    c.g_pad = 8;
+    c.grad_f32 = 0;
+    run_bwd_seeds(ctx, c, 1, "wgmma f16 mqa q_pos strides d 128");
+    clvarlen_context_destroy(ctx);
+    /* the other staging orders: dk/dv's products one at a time, dq's paired */
+    setenv("CLVARLEN_ATTN_BWD_TUNING", "pair=2", 1);
+    ctx = tu_cl_context();
+    c = bwd_base();
+    c.a.dtype = CLVARLEN_DTYPE_BF16;
+    c.a.d = c.a.dv = 64;
+    c.a.hq = 4;
+    c.a.hk = 2;
+    c.a.max_n = 4;
+    c.a.max_len = 150;
+    c.a.max_total = 300;
+    c.a.causal = 1;
+    run_bwd_seeds(ctx, c, 1, "wgmma pair=2 causal");
+    clvarlen_context_destroy(ctx);
+    unsetenv("CLVARLEN_ATTN_BWD_TUNING");
+    unsetenv("CLVARLEN_ATTENTION_KERNEL");
+}
+END_TEST
+
 /* A caller-supplied scratch buffer (clvarlen_cl_context_set_scratch): as large as
  * the library's own after the same call, results bitwise equal; too small,
  * CLVARLEN_ERROR_BUFFER_TOO_SMALL and nothing written; NULL returns to the
@@ -821,6 +876,7 @@ static Suite *bwd_suite(void)
     tcase_add_test(tc, test_bwd_clmem);
     tcase_add_test(tc, test_bwd_scratch);
     tcase_add_test(tc, test_bwd_mma_emulated);
+    tcase_add_test(tc, test_bwd_wgmma_emulated);
 #endif
     suite_add_tcase(s, tc);
     return s;

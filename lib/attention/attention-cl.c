@@ -103,17 +103,20 @@ static bool wgmma_shape(const cv_attn_desc *d, const cv_attn_pack *pack)
            (d->head_dim == 64 || d->head_dim == 128);
 }
 
-static bool wgmma_wanted(const clvarlen_context *ctx, const cv_attn_desc *d)
+/* knob_var: the tuning variable whose wgmma=0/1 turns the form off or on;
+ * min_avg: the average queries per sequence from which it is the default. */
+static bool wgmma_wanted(const clvarlen_context *ctx, const cv_attn_desc *d, const char *knob_var,
+                         int64_t min_avg)
 {
     const int force = kernel_override();
     if (force == FORCE_WGMMA)
         return true;
     if (force != FORCE_NONE || !is_nvidia_mma(ctx) || ctx->device.cc_major != 9)
         return false;
-    const int knob = cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "wgmma", -1);
+    const int knob = cv_attn_knob(knob_var, "wgmma", -1);
     if (knob >= 0)
         return knob != 0;
-    return d->n_seqs > 0 && d->total_q / d->n_seqs >= 96;
+    return d->n_seqs > 0 && d->total_q / d->n_seqs >= min_avg;
 }
 
 /* A value of the check's operands: a small multiple of 1/8, so that every
@@ -229,6 +232,45 @@ static clvarlen_status wgmma_ready(clvarlen_context *ctx, const char *fn, const 
     return CLVARLEN_SUCCESS;
 }
 
+/* The options of the forward's wgmma form (packed with `pack`). */
+static void wgmma_options(const clvarlen_context *ctx, const cv_attn_desc *d,
+                          const cv_attn_pack *pack, char *options, size_t size)
+{
+    const bool nv = ctx->device.vendor == CLVARLEN_VENDOR_NVIDIA;
+    /* CLVARLEN_ATTENTION_TUNING wgswz=0: K and V tiles as unswizzled core
+     * matrices (benchmarks; the 128-byte swizzle is the default) */
+    const int swz = cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "wgswz", 1) != 0;
+    /* Q's tile in local memory too, S = Q K^T from descriptors only (no Q
+     * fragments in registers): 1.16-1.21x with it on an H200 (16 x 16384
+     * 328 against 269 TFLOP/s, causal 290 against 241; 64 x 65536 332
+     * against 282, causal 293 against 243); wgqs=0 keeps Q in registers */
+    const int qs = swz && cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "wgqs", 1) != 0;
+    snprintf(options, size,
+             "-DCV_DTYPE=%d -DHEAD_DIM=%d -DBLOCK_M=64 -DBLOCK_N=64 -DCV_WGMMA=1 -DCV_WG_SW=%d"
+             "%s%s%s",
+             cv_dtype_kernel_code(d->dtype), (int)d->head_dim, swz, qs ? " -DCV_WG_QS=1" : "",
+             pack ? " -DCV_GQA_PACK=1" : "", nv ? " -DCV_NV_PTX=1 " CV_SM90A_OPTION : "");
+}
+
+bool cv_attn_wgmma_forced(void)
+{
+    return kernel_override() == FORCE_WGMMA;
+}
+
+bool cv_attn_bwd_wgmma_wanted(const clvarlen_context *ctx, const cv_attn_desc *d)
+{
+    return (d->head_dim == 64 || d->head_dim == 128) &&
+           wgmma_wanted(ctx, d, "CLVARLEN_ATTN_BWD_TUNING", 0);
+}
+
+clvarlen_status cv_attn_wgmma_checked(clvarlen_context *ctx, const char *fn,
+                                      const cv_attn_desc *d, bool *ok)
+{
+    char options[256];
+    wgmma_options(ctx, d, NULL, options, sizeof options);
+    return wgmma_ready(ctx, fn, d, options, ok);
+}
+
 bool cv_attn_use_mma(const clvarlen_context *ctx, const cv_attn_desc *d, const cv_attn_mem *m)
 {
     return mma_fits(d, m) && cv_attn_mma_device(ctx);
@@ -254,22 +296,10 @@ static clvarlen_status mma_cfg(clvarlen_context *ctx, const char *fn, const cv_a
         bn = pack->block_n;
         q_smem = 0;
     }
-    if (wgmma_shape(d, pack) && wgmma_wanted(ctx, d)) {
+    if (wgmma_shape(d, pack) && wgmma_wanted(ctx, d, "CLVARLEN_ATTENTION_TUNING", 96)) {
         /* one warpgroup of 64 rows, 64-key tiles (cl/attention-nv.cl) */
-        const bool nv = ctx->device.vendor == CLVARLEN_VENDOR_NVIDIA;
         char options[sizeof cfg->options];
-        /* CLVARLEN_ATTENTION_TUNING wgswz=0: K and V tiles as unswizzled core
-         * matrices (benchmarks; the 128-byte swizzle is the default) */
-        const int swz = cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "wgswz", 1) != 0;
-        /* Q's tile in local memory too, S = Q K^T from descriptors only (no Q
-         * fragments in registers): 1.16-1.21x with it on an H200 (16 x 16384
-         * 328 against 269 TFLOP/s, causal 290 against 241; 64 x 65536 332
-         * against 282, causal 293 against 243); wgqs=0 keeps Q in registers */
-        const int qs = swz && cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "wgqs", 1) != 0;
-        snprintf(options, sizeof options,
-                 "-DCV_DTYPE=%d -DHEAD_DIM=%d -DBLOCK_M=64 -DBLOCK_N=64 -DCV_WGMMA=1 -DCV_WG_SW=%d%s%s%s",
-                 cv_dtype_kernel_code(d->dtype), (int)d->head_dim, swz, qs ? " -DCV_WG_QS=1" : "",
-                 pack ? " -DCV_GQA_PACK=1" : "", nv ? " -DCV_NV_PTX=1 " CV_SM90A_OPTION : "");
+        wgmma_options(ctx, d, pack, options, sizeof options);
         bool ok = false;
         clvarlen_status st = wgmma_ready(ctx, fn, d, options, &ok);
         if (st != CLVARLEN_SUCCESS)
@@ -537,8 +567,9 @@ static const cv_attn_pack *wgmma_pack(const clvarlen_context *ctx, const cv_attn
                                       const cv_attn_mem *m, const cv_attn_pack *pack,
                                       cv_attn_pack *own)
 {
-    if (pack || d->heads_q == d->heads_kv || !wgmma_shape(d, NULL) || !wgmma_wanted(ctx, d) ||
-        !cv_attn_use_mma(ctx, d, m) || !cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "wgpack", 1))
+    if (pack || d->heads_q == d->heads_kv || !wgmma_shape(d, NULL) ||
+        !wgmma_wanted(ctx, d, "CLVARLEN_ATTENTION_TUNING", 96) || !cv_attn_use_mma(ctx, d, m) ||
+        !cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "wgpack", 1))
         return pack;
     *own = (cv_attn_pack){.block_m = 64, .block_n = 64, .splits = 1, .one_tile = false};
     return own;

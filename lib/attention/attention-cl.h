@@ -68,6 +68,22 @@ int cv_attn_knob(const char *var, const char *name, int fallback);
  * (NVIDIA with mma, or CLVARLEN_ATTENTION_KERNEL=mma for the emulated form). */
 bool cv_attn_mma_device(const clvarlen_context *ctx);
 
+/** Whether the backward's tensor-core kernels would take their wgmma form (head dim 64
+ * or 128; on NVIDIA compute capability 9.x by default at every length, as it measured
+ * faster there at 64 queries per sequence too; CLVARLEN_ATTN_BWD_TUNING wgmma=0/1 there,
+ * CLVARLEN_ATTENTION_KERNEL=wgmma anywhere, emulated off NVIDIA). */
+bool cv_attn_bwd_wgmma_wanted(const clvarlen_context *ctx, const cv_attn_desc *d);
+
+/** Whether CLVARLEN_ATTENTION_KERNEL=wgmma forces the wgmma forms (errors are then returned,
+ * not answered by the mma.sync form). */
+bool cv_attn_wgmma_forced(void);
+
+/** Builds and checks the forward's wgmma form for d's dtype and head dim once per
+ * context (attn_wgmma_check); *ok says whether it passed. An error only when the
+ * form is forced by CLVARLEN_ATTENTION_KERNEL=wgmma and failed. */
+clvarlen_status cv_attn_wgmma_checked(clvarlen_context *ctx, const char *fn,
+                                      const cv_attn_desc *d, bool *ok);
+
 /** Whether the forward runs the tensor-core kernel (device, dtype, dims and alignment,
  * CLVARLEN_ATTENTION_KERNEL). */
 bool cv_attn_use_mma(const clvarlen_context *ctx, const cv_attn_desc *d, const cv_attn_mem *m);

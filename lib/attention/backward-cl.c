@@ -28,7 +28,10 @@
 /* CLVARLEN_ATTN_BWD_TUNING="name=N,..." (benchmarks): bnq (the dq kernel's keys
  * per tile, 16 or 32), stage2 (1: the dk/dv kernel's 16-row double-buffered
  * form) and pass (a mask of the passes that run: 1 delta, 2 dk/dv,
- * 4 dq; anything but 7 gives wrong gradients, for timing one pass). */
+ * 4 dq; anything but 7 gives wrong gradients, for timing one pass); for the
+ * wgmma form (cl/attention-bwd-nv.cl -DCV_WGMMA, the default on Hopper)
+ * wgmma (0: mma.sync; 1: wgmma), pair (BWD_PAIR there) and maxreg (N:
+ * -cl-nv-maxrregcount=N for its program). */
 static int knob(const char *name, int fallback)
 {
     return cv_attn_knob("CLVARLEN_ATTN_BWD_TUNING", name, fallback);
@@ -36,9 +39,9 @@ static int knob(const char *name, int fallback)
 
 /* The kernels of a call: file, names, tile sizes, work-group size and options. */
 typedef struct bwd_cfg {
-    bool mma;
+    bool mma, wgmma;
     int key_tile, query_tile, wg;
-    char opts[320];
+    char opts[352];
 } bwd_cfg;
 
 /* The tensor-core kernels need f16/bf16, D = Dv <= 128, no dropout, 16-byte
@@ -61,20 +64,32 @@ static bool bwd_mma_fits(const cv_bwd_desc *bd, const cv_bwd_mem *m)
 /* The portable kernels stage rows KCH at a time, KCH the largest power of two
  * <= 2048 / max(D, Dv) (8 KiB of local memory). */
 static void bwd_config(const clvarlen_context *ctx, const cv_bwd_desc *bd, const cv_bwd_mem *m,
-                       bool allow_mma, bwd_cfg *cfg)
+                       bool allow_mma, bool wgmma, bwd_cfg *cfg)
 {
     const cv_attn_desc *d = &bd->a;
     cfg->mma = allow_mma && cv_attn_mma_device(ctx) && bwd_mma_fits(bd, m);
+    cfg->wgmma = cfg->mma && wgmma;
     if (cfg->mma) {
+        const bool nv = ctx->device.vendor == CLVARLEN_VENDOR_NVIDIA;
+        const bool stage2 = !cfg->wgmma && knob("stage2", 0);
+        /* the wgmma form; pair: BWD_PAIR of cl/attention-bwd-nv.cl */
+        char pair[72] = "";
+        const int maxreg = knob("maxreg", 0);
+        if (cfg->wgmma)
+            snprintf(pair, sizeof pair, " -DCV_WGMMA=1 -DBWD_PAIR=%d%s", knob("pair", 1) & 3,
+                     nv && maxreg > 0 ? " -cl-nv-maxrregcount=" : "");
+        if (cfg->wgmma && nv && maxreg > 0)
+            snprintf(pair + strlen(pair), sizeof pair - strlen(pair), "%d", maxreg);
         cfg->key_tile = 16 * MMA_WARPS;
         cfg->query_tile = 16 * MMA_WARPS;
         cfg->wg = 32 * MMA_WARPS;
         snprintf(cfg->opts, sizeof cfg->opts,
-                 "-DCV_DTYPE=%d -DHEAD_DIM=%d -DNWARPS=%d -DBM_KV=%d -DNSTAGE=%d -DBN_Q=%d%s%s",
+                 "-DCV_DTYPE=%d -DHEAD_DIM=%d -DNWARPS=%d -DBM_KV=%d -DNSTAGE=%d -DBN_Q=%d%s%s%s",
                  cv_dtype_kernel_code(d->dtype), (int)d->head_dim, MMA_WARPS,
-                 knob("stage2", 0) ? 16 : MMA_BM_KV, knob("stage2", 0) ? 2 : 1,
-                 knob("bnq", MMA_BN_Q) == 16 ? 16 : MMA_BN_Q, bd->grad_dtype == CLVARLEN_DTYPE_F32 ? " -DGRAD_F32=1" : "",
-                 ctx->device.vendor == CLVARLEN_VENDOR_NVIDIA ? " -DCV_NV_PTX=1" : "");
+                 stage2 ? 16 : MMA_BM_KV, stage2 ? 2 : 1,
+                 !cfg->wgmma && knob("bnq", MMA_BN_Q) == 16 ? 16 : MMA_BN_Q,
+                 bd->grad_dtype == CLVARLEN_DTYPE_F32 ? " -DGRAD_F32=1" : "", pair,
+                 nv ? (cfg->wgmma ? " -DCV_NV_PTX=1 " CV_SM90A_OPTION : " -DCV_NV_PTX=1") : "");
         return;
     }
     int maxd = d->head_dim > d->head_dim_v ? d->head_dim : d->head_dim_v;
@@ -230,8 +245,15 @@ clvarlen_status cv_attn_cl_backward(cv_chain *c, const char *fn, const cv_bwd_de
     clvarlen_context *ctx = c->ctx;
     const cv_attn_desc *d = &bd->a;
     bwd_cfg cfg, pcfg;
-    bwd_config(ctx, bd, m, true, &cfg);
-    bwd_config(ctx, bd, m, false, &pcfg); /* delta: the portable file in both forms */
+    bool wg = false;
+    clvarlen_status st;
+    /* The wgmma form runs where the forward's does, once the forward's form
+     * passed its check on this device (the same PTX patch step builds both). */
+    if (!ctx->attn_bwd_wgmma_refused && cv_attn_bwd_wgmma_wanted(ctx, d) &&
+        (st = cv_attn_wgmma_checked(ctx, fn, d, &wg)) != CLVARLEN_SUCCESS)
+        return st;
+    bwd_config(ctx, bd, m, true, wg, &cfg);
+    bwd_config(ctx, bd, m, false, false, &pcfg); /* delta: the portable file in both forms */
     /* Tiles: sum ceil(L_s / B) <= (T + N (B - 1)) / B, over queries and over keys. */
     const int64_t q_tiles = (d->total_q + d->n_seqs * (cfg.query_tile - 1)) / cfg.query_tile;
     const int64_t k_tiles = (d->total_k + d->n_seqs * (cfg.key_tile - 1)) / cfg.key_tile;
@@ -244,13 +266,29 @@ clvarlen_status cv_attn_cl_backward(cv_chain *c, const char *fn, const cv_bwd_de
     const char *n_kv = cfg.mma ? "attn_bwd_dkdv_mma" : "attn_bwd_dkdv";
     const char *n_q = cfg.mma ? "attn_bwd_dq_mma" : "attn_bwd_dq";
     cl_kernel wlk = NULL, kd = NULL, kkv = NULL, kq = NULL;
-    clvarlen_status st;
+    if (cfg.wgmma && ((st = cv_get_kernel(ctx, file, cfg.opts, n_kv, &kkv)) != CLVARLEN_SUCCESS ||
+                      (st = cv_get_kernel(ctx, file, cfg.opts, n_q, &kq)) != CLVARLEN_SUCCESS)) {
+        /* A wgmma program the driver does not build: the mma.sync form
+         * answers (the error stands when the form is forced). */
+        if (cv_attn_wgmma_forced())
+            return st;
+        ctx->attn_bwd_wgmma_refused = 1;
+        cv_log(ctx, CLVARLEN_LOG_INFO, "%s: the backward's wgmma form did not build (%s); "
+               "running mma.sync", fn, clvarlen_last_error(ctx));
+        cv_clear_error(ctx);
+        bwd_config(ctx, bd, m, true, false, &cfg);
+        kkv = kq = NULL;
+    }
+    /* delta: summed in the order of the portable kernels' dP, or, for the
+     * tensor-core kernels, in a fixed tree (DELTA_TREE of cl/attention-bwd.cl) */
+    char dopts[sizeof pcfg.opts + 16];
+    snprintf(dopts, sizeof dopts, "%s%s", pcfg.opts, cfg.mma ? " -DDELTA_TREE=1" : "");
     if ((st = cv_get_kernel(ctx, "attention.cl", "-DCV_ATTN_AUX", "attn_worklist", &wlk)) !=
             CLVARLEN_SUCCESS ||
-        (st = cv_get_kernel(ctx, "attention-bwd.cl", pcfg.opts, "attn_bwd_delta", &kd)) !=
+        (st = cv_get_kernel(ctx, "attention-bwd.cl", dopts, "attn_bwd_delta", &kd)) !=
             CLVARLEN_SUCCESS ||
-        (st = cv_get_kernel(ctx, file, cfg.opts, n_kv, &kkv)) != CLVARLEN_SUCCESS ||
-        (st = cv_get_kernel(ctx, file, cfg.opts, n_q, &kq)) != CLVARLEN_SUCCESS)
+        (!kkv && (st = cv_get_kernel(ctx, file, cfg.opts, n_kv, &kkv)) != CLVARLEN_SUCCESS) ||
+        (!kq && (st = cv_get_kernel(ctx, file, cfg.opts, n_q, &kq)) != CLVARLEN_SUCCESS))
         return st;
     const size_t delta_off = ((size_t)wl_ints * 4 + 255) / 256 * 256;
     const size_t delta_bytes = (size_t)d->heads_q * (size_t)d->total_q * 4;

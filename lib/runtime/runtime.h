@@ -114,6 +114,7 @@ struct clvarlen_context {
     /* The attention forward's wgmma form (sm_90a) per [f16, bf16] x [head dim 64, 128]:
      * 0 not tried, 1 built and its check passed, -1 refused (the mma.sync form runs). */
     int attn_wgmma[2][2];
+    int attn_bwd_wgmma_refused; /* the driver refused the backward's wgmma form */
     /* Work space of the ops' command chains (cv_temp): kept across calls
      * because releasing a buffer that queued kernels still use blocks on some
      * drivers; grown on demand, freed by clvarlen_context_destroy. */

@@ -47,14 +47,17 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
     dump = os.path.join(work, "dump")
     os.makedirs(dump)
-    # (kernel, op, CLVARLEN_ATTENTION_TUNING): the wgmma form with Q's tile in
-    # local memory (its default) and in registers
-    runs = [("mma", "attention", ""), ("wgmma", "attention", ""),
-            ("wgmma", "attention", "wgqs=0"), ("mma", "paged", ""), ("mma", "gated-delta", "")]
-    for kernel, op, tuning in runs:
+    # (kernel, op, CLVARLEN_ATTENTION_TUNING, CLVARLEN_ATTN_BWD_TUNING): the
+    # forward's wgmma form with Q's tile in local memory (its default) and in
+    # registers; the backward's with its products paired in dk/dv (the
+    # default) and in dq only
+    runs = [("mma", "attention", "", ""), ("wgmma", "attention", "", ""),
+            ("wgmma", "attention", "wgqs=0", ""), ("wgmma", "attention-bwd-bf16", "", "pair=2"),
+            ("mma", "paged", "", ""), ("mma", "gated-delta", "", "")]
+    for kernel, op, tuning, bwd_tuning in runs:
         env = dict(os.environ, CLVARLEN_SOURCE_DUMP=dump, CLVARLEN_ATTENTION_KERNEL=kernel,
-                   CLVARLEN_ATTENTION_TUNING=tuning, CLVARLEN_GDN_TUNING="mma=1",
-                   CLVARLEN_CACHE_DIR=os.path.join(work, "cache"))
+                   CLVARLEN_ATTENTION_TUNING=tuning, CLVARLEN_ATTN_BWD_TUNING=bwd_tuning,
+                   CLVARLEN_GDN_TUNING="mma=1", CLVARLEN_CACHE_DIR=os.path.join(work, "cache"))
         r = subprocess.run([tool, "check", "--quick", "--device", "opencl", "--op", op], env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if r.returncode == 3 and "no OpenCL" in r.stdout:
