@@ -64,6 +64,7 @@
 
 // clvarlen-include: nv-mma.clh
 // clvarlen-include: nv-wgmma.clh
+// clvarlen-include: nv-wgmma-pair.clh
 
 /* Rows ROWEXPR(rr_) (rr_ < nrows) of this head's HEAD_DIM elements into dst
  * rows 0 .. ROWS - 1, rows at or past nrows zero-filled (asynchronous). */
@@ -122,6 +123,19 @@ inline float2 mma_p_ds(float s, float dp, float lse2, float dl, bool vis, float 
     }
     return vis ? (float2)(p, p * (dp - dl) * deriv * scale) : (float2)(0.0f);
 }
+
+/* P^T (or P) and dS^T (dS) of accumulator n8 tile n into the A fragments
+ * pa, da of k16 step n / 2 (rows g and g + 8; k = the tile's columns). */
+#define PACK_A(fr, n, lo_, hi_)                                                                \
+    do {                                                                                       \
+        if (((n) & 1) == 0) {                                                                  \
+            fr[(n) >> 1].x = (lo_);                                                            \
+            fr[(n) >> 1].y = (hi_);                                                            \
+        } else {                                                                               \
+            fr[(n) >> 1].z = (lo_);                                                            \
+            fr[(n) >> 1].w = (hi_);                                                            \
+        }                                                                                      \
+    } while (0)
 
 /* A gradient row pair (columns c, c + 1) in the output dtype. */
 inline void mma_store2(__global uchar *base, size_t el, float a, float b)
@@ -293,19 +307,8 @@ void attn_bwd_dkdv_mma(BWD_MMA_ARGS, __global uchar *dk, ulong dk_off, long dk_s
                 pp[e] = r.x;
                 dd[e] = r.y;
             }
-            const uint p_lo = pack2(pp[0], pp[1]), p_hi = pack2(pp[2], pp[3]);
-            const uint d_lo = pack2(dd[0], dd[1]), d_hi = pack2(dd[2], dd[3]);
-            if ((n & 1) == 0) {
-                pa[n >> 1].x = p_lo;
-                pa[n >> 1].y = p_hi;
-                da[n >> 1].x = d_lo;
-                da[n >> 1].y = d_hi;
-            } else {
-                pa[n >> 1].z = p_lo;
-                pa[n >> 1].w = p_hi;
-                da[n >> 1].z = d_lo;
-                da[n >> 1].w = d_hi;
-            }
+            PACK_A(pa, n, pack2(pp[0], pp[1]), pack2(pp[2], pp[3]));
+            PACK_A(da, n, pack2(dd[0], dd[1]), pack2(dd[2], dd[3]));
         }
 
         /* dV += P^T dO, dK += dS^T Q (B: the staged rows, transposed). */
@@ -472,14 +475,7 @@ void attn_bwd_dq_mma(BWD_MMA_ARGS, __global uchar *dq, ulong dq_off, long dq_str
                 const bool vis = key >= lo[i] && key <= hi[i];
                 dd[e] = mma_p_ds(x[e], y[e], lse2[i], dl[i], vis, scale_log2, scale, softcap).y;
             }
-            const uint d_lo = pack2(dd[0], dd[1]), d_hi = pack2(dd[2], dd[3]);
-            if ((n & 1) == 0) {
-                da[n >> 1].x = d_lo;
-                da[n >> 1].y = d_hi;
-            } else {
-                da[n >> 1].z = d_lo;
-                da[n >> 1].w = d_hi;
-            }
+            PACK_A(da, n, pack2(dd[0], dd[1]), pack2(dd[2], dd[3]));
         }
         /* dQ += dS K (B: the K rows, transposed). */
         UNROLL
@@ -557,19 +553,6 @@ void attn_bwd_dq_mma(BWD_MMA_ARGS, __global uchar *dq, ulong dq_off, long dq_str
 #ifndef BWD_PAIR
 #define BWD_PAIR 1
 #endif
-
-/* P^T (or P) and dS^T (dS) of accumulator n8 tile n into the A fragments
- * pa, da of k16 step n / 2 (rows g and g + 8; k = the tile's columns). */
-#define PACK_A(fr, n, lo_, hi_)                                                                \
-    do {                                                                                       \
-        if (((n) & 1) == 0) {                                                                  \
-            fr[(n) >> 1].x = (lo_);                                                            \
-            fr[(n) >> 1].y = (hi_);                                                            \
-        } else {                                                                               \
-            fr[(n) >> 1].z = (lo_);                                                            \
-            fr[(n) >> 1].w = (hi_);                                                            \
-        }                                                                                      \
-    } while (0)
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1)))
 void attn_bwd_dkdv_mma(BWD_MMA_ARGS, __global uchar *dk, ulong dk_off, long dk_stride,

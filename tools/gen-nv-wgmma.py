@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""Writes cl/nv-wgmma.clh, the wgmma helpers of the Hopper kernels.
+"""Writes cl/nv-wgmma.clh, the wgmma helpers of the Hopper kernels, and (--pairs)
+cl/nv-wgmma-pair.clh, their paired form.
 
 Each helper is one inline-asm statement with every accumulator as an operand,
 so its text is long and regular: it is generated. Run from the project root
 after changing the shapes or the text below:
 
     python3 tools/gen-nv-wgmma.py > cl/nv-wgmma.clh
+    python3 tools/gen-nv-wgmma.py --pairs > cl/nv-wgmma-pair.clh
 """
+import sys
 
 # (N, k16 steps, B transposed): the shapes the kernels use.
 # attention-nv.cl -DCV_WGMMA: S = Q K^T is (64, D / 16, 0), O += P V is (D, BLOCK_N / 16, 1);
@@ -61,13 +64,6 @@ HEADER = r"""/* Hopper's warpgroup MMA (wgmma.mma_async, sm_90a) for kernels who
  * SASS, and as wrong results at head dim 64 on an H100). A copy made outside
  * the statement is hoisted out of the loop by the OpenCL compiler.
  *
- * WG_SS2(N, KS, SW, acc0, qa0, b0, acc1, qa1, b1, albo, asbo, astep, astep4, lbo, sbo, step,
- * step4) and WG_RS2(N, KS, T, SW, acc0, a0, b0, acc1, a1, b1, lbo, sbo, step, step4, zero)
- * do two independent products of one shape and one layout (acc0 from qa0 or
- * a0 and b0, acc1 from qa1 or a1 and b1; B (and A) transposed T = 0 for
- * WG_SS2) in one statement: the second product's wgmma are issued before the
- * first's complete, and one wait covers both.
- *
  * With -DCV_NV_PTX each helper is inline PTX whose wgmma lines sit behind
  * the marker `// CVW ` (CV_PTX_MARKER of lib/runtime/ptx-patch.h): a comment
  * to NVIDIA's compiler, which targets sm_90 (where ptxas rejects wgmma), and
@@ -120,18 +116,6 @@ FOOTER = r"""
     wg_ss_n##N##_k##KS##_t##T((acc), wg_desc((qa), (albo), (asbo), (SW)), (ulong)((astep) >> 4), \
                               (ulong)((astep4) >> 4), wg_desc((b), (lbo), (sbo), (SW)),          \
                               (ulong)((step) >> 4), (ulong)((step4) >> 4))
-
-#define WG_SS2(N, KS, SW, acc0, qa0, b0, acc1, qa1, b1, albo, asbo, astep, astep4, lbo, sbo,  \
-               step, step4)                                                                    \
-    wg_ss2_n##N##_k##KS((acc0), (acc1), wg_desc((qa0), (albo), (asbo), (SW)),                  \
-                        wg_desc((qa1), (albo), (asbo), (SW)), (ulong)((astep) >> 4),           \
-                        (ulong)((astep4) >> 4), wg_desc((b0), (lbo), (sbo), (SW)),             \
-                        wg_desc((b1), (lbo), (sbo), (SW)), (ulong)((step) >> 4),               \
-                        (ulong)((step4) >> 4))
-#define WG_RS2(N, KS, T, SW, acc0, a0, b0, acc1, a1, b1, lbo, sbo, step, step4, zero)           \
-    wg_rs2_n##N##_k##KS##_t##T((acc0), (a0), wg_desc((b0), (lbo), (sbo), (SW)), (acc1), (a1),   \
-                               wg_desc((b1), (lbo), (sbo), (SW)), (ulong)((step) >> 4),        \
-                               (ulong)((step4) >> 4), (zero))
 
 #else /* emulation */
 
@@ -217,18 +201,6 @@ inline void emu_wg_ss(float4 *acc, int n8, int ksteps, __local const ushort *qa,
 #define WG_RS(N, KS, T, SW, acc, a, b, lbo, sbo, step, step4, zero)                             \
     emu_wg_rs((acc), (N) / 8, (a), (KS), (b), (lbo), (sbo), (step), (step4), (T), (SW), emu)
 
-#define WG_SS2(N, KS, SW, acc0, qa0, b0, acc1, qa1, b1, albo, asbo, astep, astep4, lbo, sbo,  \
-               step, step4)                                                                    \
-    do {                                                                                       \
-        WG_SS(N, KS, 0, SW, acc0, qa0, albo, asbo, astep, astep4, b0, lbo, sbo, step, step4);  \
-        WG_SS(N, KS, 0, SW, acc1, qa1, albo, asbo, astep, astep4, b1, lbo, sbo, step, step4);  \
-    } while (0)
-#define WG_RS2(N, KS, T, SW, acc0, a0, b0, acc1, a1, b1, lbo, sbo, step, step4, zero)           \
-    do {                                                                                       \
-        WG_RS(N, KS, T, SW, acc0, a0, b0, lbo, sbo, step, step4, zero);                        \
-        WG_RS(N, KS, T, SW, acc1, a1, b1, lbo, sbo, step, step4, zero);                        \
-    } while (0)
-
 #endif /* CV_NV_PTX */
 
 /* Stages rows ELEXPR(rr_) (an element offset into base, rr_ < nrows; rows
@@ -242,16 +214,63 @@ inline void emu_wg_ss(float4 *acc, int n8, int ksteps, __local const ushort *qa,
  * cp_async16 (cl/nv-mma.clh); the caller commits. Its own names end in an
  * underscore (ELEXPR sees rr_): keep a caller's out of that form. */
 #define STAGE_SW_ROWS(dst, ROWS, base, ELEXPR, nrows)                                           \
-    do {                                                                                       \
-        for (int se_ = lid; se_ < (ROWS) * CPR; se_ += WG_SIZE) {                                 \
-            const int sc_ = se_ & 7, sr_ = (se_ >> 3) % (ROWS), sh_ = (se_ >> 3) / (ROWS);           \
-            const bool sok_ = sr_ < (nrows);                                                     \
-            const int rr_ = sok_ ? sr_ : 0;                                                      \
-            const size_t sel_ = (size_t)(ELEXPR) + (size_t)(sh_ * 64 + sc_ * 8);                  \
-            cp_async16((dst) + sh_ * ((ROWS) * 64) + sr_ * 64 + ((sc_ ^ (sr_ & 7)) << 3),          \
-                       (base) + sel_ * 2, sok_ ? 16 : 0);                                        \
-        }                                                                                      \
+    do {                                                                                        \
+        for (int se_ = lid; se_ < (ROWS) * CPR; se_ += WG_SIZE) {                               \
+            const int sc_ = se_ & 7, sr_ = (se_ >> 3) % (ROWS), sh_ = (se_ >> 3) / (ROWS);      \
+            const bool sok_ = sr_ < (nrows);                                                    \
+            const int rr_ = sok_ ? sr_ : 0;                                                     \
+            const size_t sel_ = (size_t)(ELEXPR) + (size_t)(sh_ * 64 + sc_ * 8);                \
+            cp_async16((dst) + sh_ * ((ROWS) * 64) + sr_ * 64 + ((sc_ ^ (sr_ & 7)) << 3),       \
+                       (base) + sel_ * 2, sok_ ? 16 : 0);                                       \
+        }                                                                                       \
     } while (0)
+"""
+
+
+PAIR_HEADER = r"""/* Paired wgmma helpers (sm_90a) for kernels whose work-group is one
+ * warpgroup: include after cl/nv-wgmma.clh, whose rules (layouts, the A
+ * operand copies, the marker, fences) they follow. GENERATED by
+ * tools/gen-nv-wgmma.py --pairs: edit that, not this.
+ *
+ * WG_SS2(N, KS, SW, acc0, qa0, b0, acc1, qa1, b1, albo, asbo, astep, astep4, lbo, sbo, step,
+ * step4) and WG_RS2(N, KS, T, SW, acc0, a0, b0, acc1, a1, b1, lbo, sbo, step, step4, zero)
+ * do two independent products of one shape and one layout (acc0 from qa0 or
+ * a0 and b0, acc1 from qa1 or a1 and b1; B (and A) transposed T = 0 for
+ * WG_SS2) in one statement: the second product's wgmma are issued before the
+ * first's complete, and one wait covers both.
+ */
+
+#ifdef CV_NV_PTX
+"""
+
+PAIR_FOOTER = r"""
+#define WG_SS2(N, KS, SW, acc0, qa0, b0, acc1, qa1, b1, albo, asbo, astep, astep4, lbo, sbo,  \
+               step, step4)                                                                    \
+    wg_ss2_n##N##_k##KS((acc0), (acc1), wg_desc((qa0), (albo), (asbo), (SW)),                  \
+                        wg_desc((qa1), (albo), (asbo), (SW)), (ulong)((astep) >> 4),           \
+                        (ulong)((astep4) >> 4), wg_desc((b0), (lbo), (sbo), (SW)),             \
+                        wg_desc((b1), (lbo), (sbo), (SW)), (ulong)((step) >> 4),               \
+                        (ulong)((step4) >> 4))
+#define WG_RS2(N, KS, T, SW, acc0, a0, b0, acc1, a1, b1, lbo, sbo, step, step4, zero)           \
+    wg_rs2_n##N##_k##KS##_t##T((acc0), (a0), wg_desc((b0), (lbo), (sbo), (SW)), (acc1), (a1),   \
+                               wg_desc((b1), (lbo), (sbo), (SW)), (ulong)((step) >> 4),        \
+                               (ulong)((step4) >> 4), (zero))
+
+#else /* emulation */
+
+#define WG_SS2(N, KS, SW, acc0, qa0, b0, acc1, qa1, b1, albo, asbo, astep, astep4, lbo, sbo,  \
+               step, step4)                                                                    \
+    do {                                                                                       \
+        WG_SS(N, KS, 0, SW, acc0, qa0, albo, asbo, astep, astep4, b0, lbo, sbo, step, step4);  \
+        WG_SS(N, KS, 0, SW, acc1, qa1, albo, asbo, astep, astep4, b1, lbo, sbo, step, step4);  \
+    } while (0)
+#define WG_RS2(N, KS, T, SW, acc0, a0, b0, acc1, a1, b1, lbo, sbo, step, step4, zero)           \
+    do {                                                                                       \
+        WG_RS(N, KS, T, SW, acc0, a0, b0, lbo, sbo, step, step4, zero);                        \
+        WG_RS(N, KS, T, SW, acc1, a1, b1, lbo, sbo, step, step4, zero);                        \
+    } while (0)
+
+#endif /* CV_NV_PTX */
 """
 
 
@@ -441,18 +460,23 @@ def helper_rs2(n, ks, trans):
 
 
 def main():
+    if sys.argv[1:] == ["--pairs"]:
+        out = [PAIR_HEADER]
+        for n, ks in SS2_SHAPES:
+            out.append(helper_ss2(n, ks))
+            out.append("")
+        for n, ks, t in RS2_SHAPES:
+            out.append(helper_rs2(n, ks, t))
+            out.append("")
+        out.append(PAIR_FOOTER)
+        print("\n".join(out).rstrip() + "\n", end="")
+        return
     out = [HEADER]
     for n, ks, t in SHAPES:
         out.append(helper(n, ks, t))
         out.append("")
     for n, ks, t in SS_SHAPES:
         out.append(helper_ss(n, ks, t))
-        out.append("")
-    for n, ks in SS2_SHAPES:
-        out.append(helper_ss2(n, ks))
-        out.append("")
-    for n, ks, t in RS2_SHAPES:
-        out.append(helper_rs2(n, ks, t))
         out.append("")
     out.append(FOOTER)
     print("\n".join(out).rstrip() + "\n", end="")
