@@ -21,14 +21,14 @@
  * the fragment bookkeeping is tested on PoCL. Every call of a warp-wide
  * operation is therefore made in work-group-uniform control flow.
  *
- * -D: CV_DTYPE (CV_DT_F16 or CV_DT_BF16), HEAD_DIM (multiple of 16, <= 128),
+ * -D: CV_DTYPE (CV_DT_F16 or CV_DT_BF16), HEAD_DIM (multiple of 16, <= 256),
  * BLOCK_M (a multiple of 16), BLOCK_N (a multiple of 16), Q_SMEM (optional).
  *
  * -DCV_WGMMA (with -DCV_SM90A=1 on the device: Hopper, built through the
  * loader's PTX patch step): the two products on wgmma (cl/nv-wgmma.clh)
  * instead of mma.sync, the same algorithm around them. BLOCK_M 64 (the
  * work-group is one warpgroup, warp w owning rows 16 w .., as above), BLOCK_N
- * 64, HEAD_DIM 64 or 128, packed K/V only; with CV_GQA_PACK for prefill too
+ * 64, HEAD_DIM 64, 96 or 128, packed K/V only; with CV_GQA_PACK for prefill too
  * (each K/V tile staged once for all query heads of its KV head). K and V
  * tiles are staged by cp.async in the 128-byte swizzled layout (CV_WG_SW=1,
  * the default; 0: as unswizzled core matrices, 8 rows of 16 bytes) that the
@@ -71,16 +71,24 @@
 #define CPR (HEAD_DIM / 8)           /* 16-byte chunks per row */
 #define Q_ELEMS (BLOCK_M * SROW)
 #ifdef CV_WGMMA
-#if BLOCK_M != 64 || BLOCK_N != 64 || (HEAD_DIM != 64 && HEAD_DIM != 128) || defined(Q_SMEM) ||  \
-    defined(CV_PAGED)
-#error "CV_WGMMA: BLOCK_M 64, BLOCK_N 64, HEAD_DIM 64 or 128, not Q_SMEM, packed K/V"
+#if BLOCK_M != 64 || BLOCK_N != 64 || (HEAD_DIM != 64 && HEAD_DIM != 96 && HEAD_DIM != 128) ||  \
+    defined(Q_SMEM) || defined(CV_PAGED)
+#error "CV_WGMMA: BLOCK_M 64, BLOCK_N 64, HEAD_DIM 64, 96 or 128, not Q_SMEM, packed K/V"
 #endif
-#define KV_TILE (BLOCK_N * HEAD_DIM) /* a K or V tile as core matrices, unpadded */
 /* CV_WG_SW: the K and V tiles in the 128-byte swizzled layout (default), 0
  * the unswizzled core matrices (see the staging macros below). */
 #ifndef CV_WG_SW
 #define CV_WG_SW 1
 #endif
+/* A tile row's elements in local memory: the swizzled layout takes whole
+ * column blocks of 64 (head dim 96: two, the second half used), the core
+ * matrices the head dim itself. */
+#if CV_WG_SW
+#define WG_DPAD ((HEAD_DIM + 63) / 64 * 64)
+#else
+#define WG_DPAD HEAD_DIM
+#endif
+#define KV_TILE (BLOCK_N * WG_DPAD) /* a K or V tile as core matrices, unpadded */
 /* CV_WG_QS (with CV_WG_SW): Q's tile in local memory too, swizzled as K's,
  * and S = Q K^T with both operands read by descriptor (WG_SS of
  * cl/nv-wgmma.clh): no Q fragments in registers. Local memory Q + K + V is
@@ -119,8 +127,8 @@
 #define KV_ELEMS (2 * KV_TILE)
 #if WG_QLOCAL
 #define Q_IN_REGS 0
-#define SMEM_ELEMS (BLOCK_M * HEAD_DIM + KV_ELEMS)
-#define KV_BASE (BLOCK_M * HEAD_DIM)
+#define SMEM_ELEMS (BLOCK_M * WG_DPAD + KV_ELEMS)
+#define KV_BASE (BLOCK_M * WG_DPAD)
 #elif !defined(Q_SMEM)
 #define Q_IN_REGS 1
 #define SMEM_ELEMS (Q_ELEMS > KV_ELEMS ? Q_ELEMS : KV_ELEMS)
@@ -192,13 +200,14 @@
             (base) + ((size_t)(KV_ROW(j0) * (stride) + (col0)) + (size_t)(c_ * 8)) * 2;         \
         __global const uchar *pr_ = p0_ + (size_t)r0_ * (size_t)(stride) * 2;                  \
         UNROLL                                                                                 \
-        for (int i_ = 0; i_ < BLOCK_N * CPR / WG_SIZE; i_++) {                                 \
+        for (int i_ = 0; i_ < BLOCK_N * WG_DPAD / 8 / WG_SIZE; i_++) {                         \
             const int m_ = i_ % (BLOCK_N / 16), h_ = i_ / (BLOCK_N / 16);                      \
             const bool ok_ = r0_ + 16 * m_ < (nrows);                                          \
             __global const uchar *src_ =                                                       \
                 pr_ + (size_t)(16 * m_) * (size_t)(stride) * 2 + (size_t)h_ * 128;             \
-            cp_async16(d_ + h_ * (BLOCK_N * 64) + m_ * (16 * 64), ok_ ? src_ : p0_,           \
-                       ok_ ? 16 : 0);                                                          \
+            if (HEAD_DIM % 64 == 0 || h_ * 8 + c_ < CPR)                                       \
+                cp_async16(d_ + h_ * (BLOCK_N * 64) + m_ * (16 * 64), ok_ ? src_ : p0_,       \
+                           ok_ ? 16 : 0);                                                      \
         }                                                                                      \
     } while (0)
 /* The Q tile of CV_WG_QS is staged once by STAGE_SW_ROWS (cl/nv-wgmma.clh). */
@@ -275,6 +284,15 @@
           K_STEP4)
 #else
 #define WG_QK(acc, a, z) WG_RS(64, 8, 0, KV_SW, acc, a, Ks, K_LBO, K_SBO, K_STEP, K_STEP4, z)
+#endif
+#elif HEAD_DIM == 96 /* the second column block half used (WG_DPAD) */
+#define WG_PV(acc, a, z) WG_RS(96, 4, 1, KV_SW, acc, a, Vs, V_LBO, V_SBO, V_STEP, V_STEP4, z)
+#if WG_QLOCAL
+#define WG_QK(acc, a, z)                                                                       \
+    WG_SS(64, 6, 0, 1, acc, smem, K_LBO, K_SBO, K_STEP, BLOCK_M * 128, Ks, K_LBO, K_SBO, K_STEP, \
+          K_STEP4)
+#else
+#define WG_QK(acc, a, z) WG_RS(64, 6, 0, KV_SW, acc, a, Ks, K_LBO, K_SBO, K_STEP, K_STEP4, z)
 #endif
 #else /* HEAD_DIM 64 */
 #define WG_PV(acc, a, z) WG_RS(64, 4, 1, KV_SW, acc, a, Vs, V_LBO, V_SBO, V_STEP, V_STEP4, z)

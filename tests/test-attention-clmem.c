@@ -232,6 +232,26 @@ START_TEST(test_mma_kernel)
     c.causal = 1;
     run_seeds(ctx, c, 1, "mma f16 d80 q_pos");
     c = base_case();
+    c.dtype = CLVARLEN_DTYPE_BF16;
+    c.d = c.dv = 256;
+    c.hq = 4;
+    c.hk = 1;
+    c.causal = 1;
+    c.max_total = 160;
+    run_seeds(ctx, c, 1, "mma bf16 d256 mqa causal");
+    c.min_len = 100; /* Q in registers */
+    c.max_len = 150;
+    c.max_total = 300;
+    c.causal = 0;
+    c.softcap = 2.0f;
+    run_seeds(ctx, c, 1, "mma bf16 d256 long softcap");
+    c = base_case();
+    c.dtype = CLVARLEN_DTYPE_F16;
+    c.d = c.dv = 96;
+    c.causal = 1;
+    c.wl = 9;
+    run_seeds(ctx, c, 1, "mma f16 d96 window");
+    c = base_case();
     c.causal = 1;
     c.seed = 41;
     cl_mem_case(ctx, &c, 0); /* f32 falls back to the portable kernel */
@@ -263,8 +283,8 @@ END_TEST
  * emulated elsewhere: there it checks the K/V layouts, 128-byte swizzled and
  * (wgswz=0) not, Q's tile in local memory and (wgqs=0) in registers, and the
  * descriptors' strides against the same rules the hardware applies, and its
- * capability check, attn_wgmma_check, runs first and must pass): head dims 64
- * and 128, sequences of several 64-key tiles,
+ * capability check, attn_wgmma_check, runs first and must pass): head dims 64,
+ * 96 and 128, sequences of several 64-key tiles,
  * GQA with the query heads of a KV head packed into the tile rows and
  * (wgpack=0) without, MHA, causal, window, softcap, lq != lk, q_pos, strided
  * q, the cl_mem entry point. */
@@ -315,6 +335,23 @@ START_TEST(test_wgmma_kernel)
         c.use_qpos = 0;
         c.seed = 55;
         cl_mem_case(ctx, &c, 0);
+        c = base_case(); /* head dim 96: the second column block half used */
+        c.dtype = CLVARLEN_DTYPE_BF16;
+        c.d = c.dv = 96;
+        c.hq = 4;
+        c.hk = 2;
+        c.max_n = 2;
+        c.max_len = 160;
+        c.min_len = 70;
+        c.max_total = 260;
+        c.causal = 1;
+        c.seed = 56;
+        run_seeds(ctx, c, 1, "wgmma bf16 d96 gqa causal");
+        c.dtype = CLVARLEN_DTYPE_F16;
+        c.causal = 0;
+        c.lq_ne_lk = 1;
+        c.seed = 57;
+        run_seeds(ctx, c, 1, "wgmma f16 d96 lq!=lk");
         clvarlen_context_destroy(ctx);
     }
     unsetenv("CLVARLEN_ATTENTION_TUNING");

@@ -12,13 +12,15 @@ after changing the shapes or the text below:
 import sys
 
 # (N, k16 steps, B transposed): the shapes the kernels use.
-# attention-nv.cl -DCV_WGMMA: S = Q K^T is (64, D / 16, 0), O += P V is (D, BLOCK_N / 16, 1);
+# attention-nv.cl -DCV_WGMMA: S = Q K^T is (64, D / 16, 0), O += P V is (D, BLOCK_N / 16, 1)
+# (D 64, 96, 128);
 # attention-bwd-nv.cl -DCV_WGMMA: dV += P^T dO, dK += dS^T Q and dQ += dS K are (D, 2, 1).
-SHAPES = [(64, 4, 0), (64, 8, 0), (64, 4, 1), (128, 4, 1), (64, 2, 1), (128, 2, 1)]
+SHAPES = [(64, 4, 0), (64, 8, 0), (64, 4, 1), (128, 4, 1), (64, 2, 1), (128, 2, 1),
+          (64, 6, 0), (96, 4, 1)]
 # WG_SS: A from local memory too (K-major, 128-byte swizzle), for S = Q K^T with
 # -DCV_WG_QS: (N, k16 steps, B transposed); the backward's S^T = K Q^T,
 # dP^T = V dO^T (32-row query blocks), S = Q K^T and dP = dO V^T (32-key tiles).
-SS_SHAPES = [(64, 4, 0), (64, 8, 0), (32, 4, 0), (32, 8, 0)]
+SS_SHAPES = [(64, 4, 0), (64, 8, 0), (32, 4, 0), (32, 8, 0), (64, 6, 0)]
 # WG_SS2 / WG_RS2: two independent products of one shape in one statement (both
 # in flight before the wait), for the backward's pairs: (N, k16 steps[, B transposed]).
 SS2_SHAPES = [(32, 4), (32, 8)]
@@ -207,21 +209,26 @@ inline void emu_wg_ss(float4 *acc, int n8, int ksteps, __local const ushort *qa,
  * from nrows on zero-filled) of HEAD_DIM elements into ROWS rows at dst in
  * the 128-byte swizzled layout (SW = 1 above): the head dim in column blocks
  * of 64 elements, ROWS * 128 bytes each; in a block, row r at r * 128, its
- * 16-byte chunk c at (c ^ (r % 8)) * 16. dst must be 1024-byte aligned for
- * the tensor cores. Eight consecutive work-items take the eight chunks of one
- * row: 128 contiguous bytes read, one swizzled row written without bank
- * conflicts. Needs lid, WG_SIZE and CPR (HEAD_DIM / 8) in scope, and
- * cp_async16 (cl/nv-mma.clh); the caller commits. Its own names end in an
- * underscore (ELEXPR sees rr_): keep a caller's out of that form. */
+ * 16-byte chunk c at (c ^ (r % 8)) * 16. A head dim that is not a multiple
+ * of 64 (96) leaves the last block's chunks from HEAD_DIM on unwritten: the
+ * products never read them (SW_BLOCKS blocks of ROWS * 64 elements are
+ * allocated). dst must be 1024-byte aligned for the tensor cores. Eight
+ * consecutive work-items take the eight chunks of one row: 128 contiguous
+ * bytes read, one swizzled row written without bank conflicts. Needs lid,
+ * WG_SIZE and CPR (HEAD_DIM / 8) in scope, and cp_async16 (cl/nv-mma.clh);
+ * the caller commits. Its own names end in an underscore (ELEXPR sees rr_):
+ * keep a caller's out of that form. */
+#define SW_BLOCKS ((CPR + 7) / 8)
 #define STAGE_SW_ROWS(dst, ROWS, base, ELEXPR, nrows)                                           \
     do {                                                                                        \
-        for (int se_ = lid; se_ < (ROWS) * CPR; se_ += WG_SIZE) {                               \
+        for (int se_ = lid; se_ < (ROWS) * 8 * SW_BLOCKS; se_ += WG_SIZE) {                     \
             const int sc_ = se_ & 7, sr_ = (se_ >> 3) % (ROWS), sh_ = (se_ >> 3) / (ROWS);      \
             const bool sok_ = sr_ < (nrows);                                                    \
             const int rr_ = sok_ ? sr_ : 0;                                                     \
             const size_t sel_ = (size_t)(ELEXPR) + (size_t)(sh_ * 64 + sc_ * 8);                \
-            cp_async16((dst) + sh_ * ((ROWS) * 64) + sr_ * 64 + ((sc_ ^ (sr_ & 7)) << 3),       \
-                       (base) + sel_ * 2, sok_ ? 16 : 0);                                       \
+            if (CPR % 8 == 0 || sh_ * 8 + sc_ < CPR)                                            \
+                cp_async16((dst) + sh_ * ((ROWS) * 64) + sr_ * 64 + ((sc_ ^ (sr_ & 7)) << 3),   \
+                           (base) + sel_ * 2, sok_ ? 16 : 0);                                   \
         }                                                                                       \
     } while (0)
 """

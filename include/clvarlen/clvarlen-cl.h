@@ -239,9 +239,11 @@ CLVARLEN_API clvarlen_status clvarlen_cl_context_scratch_bytes(clvarlen_context 
  * checks on, cu_seqlens_q/_k are validated first and the call blocks to
  * report CLVARLEN_ERROR_INVALID_CU_SEQLENS (nothing written).
  * On NVIDIA devices of compute capability 8.0 or later, f16/bf16 with
- * head_dim == head_dim_v <= 128, 16-byte aligned offsets and token strides
- * that are multiples of 8 elements run on tensor cores (inline PTX
- * mma.sync); every other case runs the portable kernel.
+ * head_dim == head_dim_v <= 256 (a multiple of 16), 16-byte aligned offsets
+ * and token strides that are multiples of 8 elements run on tensor cores
+ * (inline PTX mma.sync; on compute capability 9.x with head dim 64, 96 or
+ * 128, wgmma once its check has passed on the context); every other case
+ * runs the portable kernel.
  */
 CLVARLEN_API clvarlen_status clvarlen_cl_attention_forward(
     clvarlen_context *context, const clvarlen_attention_params *params, cl_mem q, size_t q_offset,

@@ -55,7 +55,7 @@ static bool is_nvidia_mma(const clvarlen_context *ctx)
  * elements: tensors must be 16-byte aligned, rows a multiple of 8 elements. */
 static bool mma_fits(const cv_attn_desc *d, const cv_attn_mem *m)
 {
-    if (d->dtype == CLVARLEN_DTYPE_F32 || d->head_dim != d->head_dim_v || d->head_dim > 128)
+    if (d->dtype == CLVARLEN_DTYPE_F32 || d->head_dim != d->head_dim_v || d->head_dim > 256)
         return false;
     if (d->drop_p > 0.0f) /* dropout runs the portable kernel */
         return false;
@@ -87,7 +87,7 @@ bool cv_attn_mma_device(const clvarlen_context *ctx)
 /* ------------------------------------------------------------ the wgmma form */
 
 /* Whether a forward call takes the wgmma form of the tensor-core kernel: not
- * the decode packing, not paged, head dim 64 or 128 (wgmma_shape); on NVIDIA
+ * the decode packing, not paged, head dim 64, 96 or 128 (wgmma_shape); on NVIDIA
  * devices of compute capability 9.x (Hopper: sm_90a) by default when the
  * sequences average at least 96 queries, the length from which the mma.sync
  * form holds Q in registers too (bf16 D 128 on an H100: 16 x 16384 323
@@ -100,7 +100,7 @@ bool cv_attn_mma_device(const clvarlen_context *ctx)
 static bool wgmma_shape(const cv_attn_desc *d, const cv_attn_pack *pack)
 {
     return (!pack || (pack->block_m == 64 && pack->block_n == 64)) && d->page_size == 0 &&
-           (d->head_dim == 64 || d->head_dim == 128);
+           (d->head_dim == 64 || d->head_dim == 96 || d->head_dim == 128);
 }
 
 /* knob_var: the tuning variable whose wgmma=0/1 turns the form off or on;
@@ -206,7 +206,8 @@ done:
 static clvarlen_status wgmma_ready(clvarlen_context *ctx, const char *fn, const cv_attn_desc *d,
                                    const char *options, bool *ok)
 {
-    int *state = &ctx->attn_wgmma[d->dtype == CLVARLEN_DTYPE_F16 ? 0 : 1][d->head_dim == 64 ? 0 : 1];
+    int *state = &ctx->attn_wgmma[d->dtype == CLVARLEN_DTYPE_F16 ? 0 : 1]
+                                 [d->head_dim == 64 ? 0 : d->head_dim == 96 ? 1 : 2];
     if (*state == 0) {
         clvarlen_status st = wgmma_check(ctx, d, options);
         if (st == CLVARLEN_SUCCESS) {
@@ -285,10 +286,11 @@ static clvarlen_status mma_cfg(clvarlen_context *ctx, const char *fn, const cv_a
      * 128-row ones (205 registers, 1 per SM) on long sequences; on short
      * ones (average below 96 tokens) Q kept in local memory with 32-key
      * tiles is 7% faster. At D <= 64, 128-row tiles pay off when the
-     * sequences fill them. */
+     * sequences fill them. At D = 256 Q stays in registers at every length:
+     * in local memory it would leave room for 16-key tiles of 32 rows. */
     int64_t avg = d->n_seqs > 0 ? d->total_q / d->n_seqs : 0;
     int bm = d->head_dim <= 64 && avg >= 96 ? 128 : 64, bn = 64;
-    int q_smem = d->head_dim > 64 && avg < 96;
+    int q_smem = d->head_dim > 64 && d->head_dim <= 128 && avg < 96;
     if (q_smem)
         bn = 32;
     if (pack) { /* a few packed rows per sequence: one warp, Q in registers */

@@ -57,7 +57,7 @@ void ct_attn_free_case(fwd_case *c)
 int ct_attn_make_case(uint64_t *rs, clvarlen_dtype dtype, int case_i, const ct_options *opt,
                      fwd_case *c)
 {
-    static const int dims[] = {64, 128, 80, 64, 128, 32, 96, 256};
+    static const int dims[] = {64, 128, 96, 64, 128, 32, 80, 256};
     memset(c, 0, sizeof *c);
     clvarlen_attention_params *p = &c->p;
     clvarlen_attention_params_init(p);
@@ -651,6 +651,13 @@ int bench_attention(clvarlen_context *dev, const ct_options *opt, double copy_gb
         {"attn-f32-16x16k", CLVARLEN_DTYPE_F32, 16, 16384, 32, 8, 128, 0},
         {"attn-f32-16x16k-causal", CLVARLEN_DTYPE_F32, 16, 16384, 32, 8, 128, 1},
         {"attn-f16-d64-16x16k", CLVARLEN_DTYPE_F16, 16, 16384, 32, 8, 64, 0},
+        /* the other head dims of the tensor-core path (issue 23) */
+        {"attn-d64-16x16k", CLVARLEN_DTYPE_BF16, 16, 16384, 32, 8, 64, 0},
+        {"attn-d64-16x16k-causal", CLVARLEN_DTYPE_BF16, 16, 16384, 32, 8, 64, 1},
+        {"attn-d96-16x16k", CLVARLEN_DTYPE_BF16, 16, 16384, 32, 8, 96, 0},
+        {"attn-d96-16x16k-causal", CLVARLEN_DTYPE_BF16, 16, 16384, 32, 8, 96, 1},
+        {"attn-d256-16x16k", CLVARLEN_DTYPE_BF16, 16, 16384, 32, 8, 256, 0},
+        {"attn-d256-16x16k-causal", CLVARLEN_DTYPE_BF16, 16, 16384, 32, 8, 256, 1},
     };
     static const bench_shape small[] = {
         {"attn-8x2k", CLVARLEN_DTYPE_BF16, 8, 2048, 8, 2, 128, 0},
