@@ -28,7 +28,7 @@
  * loader's PTX patch step): the two products on wgmma (cl/nv-wgmma.clh)
  * instead of mma.sync, the same algorithm around them. BLOCK_M 64 (the
  * work-group is one warpgroup, warp w owning rows 16 w .., as above), BLOCK_N
- * 64, HEAD_DIM 64, 96 or 128, packed K/V only; with CV_GQA_PACK for prefill too
+ * 64 with HEAD_DIM 64, 96 or 128 (32 with 256, Q in registers), packed K/V only; with CV_GQA_PACK for prefill too
  * (each K/V tile staged once for all query heads of its KV head). K and V
  * tiles are staged by cp.async in the 128-byte swizzled layout (CV_WG_SW=1,
  * the default; 0: as unswizzled core matrices, 8 rows of 16 bytes) that the
@@ -71,9 +71,10 @@
 #define CPR (HEAD_DIM / 8)           /* 16-byte chunks per row */
 #define Q_ELEMS (BLOCK_M * SROW)
 #ifdef CV_WGMMA
-#if BLOCK_M != 64 || BLOCK_N != 64 || (HEAD_DIM != 64 && HEAD_DIM != 96 && HEAD_DIM != 128) ||  \
-    defined(Q_SMEM) || defined(CV_PAGED)
-#error "CV_WGMMA: BLOCK_M 64, BLOCK_N 64, HEAD_DIM 64, 96 or 128, not Q_SMEM, packed K/V"
+#if BLOCK_M != 64 || defined(Q_SMEM) || defined(CV_PAGED) ||                                   \
+    !(BLOCK_N == 64 && (HEAD_DIM == 64 || HEAD_DIM == 96 || HEAD_DIM == 128) ||                 \
+      BLOCK_N == 32 && HEAD_DIM == 256 && !CV_WG_QS)
+#error "CV_WGMMA: BLOCK_M 64, BLOCK_N 64 with HEAD_DIM 64, 96 or 128 (or 32 with 256, Q in registers), not Q_SMEM, packed K/V"
 #endif
 /* CV_WG_SW: the K and V tiles in the 128-byte swizzled layout (default), 0
  * the unswizzled core matrices (see the staging macros below). */
@@ -285,6 +286,19 @@
 #else
 #define WG_QK(acc, a, z) WG_RS(64, 8, 0, KV_SW, acc, a, Ks, K_LBO, K_SBO, K_STEP, K_STEP4, z)
 #endif
+#elif HEAD_DIM == 256
+/* 32-key tiles, Q's fragments in registers (64 per work-item: Q does not fit
+ * beside K and V in 48 KiB). S = Q K^T in four statements of four k16 steps,
+ * one column block of K each, so that a statement's copies of the A
+ * fragments (see cl/nv-wgmma.clh) are 16 registers, not 64, beside O's 128. */
+#define WG_PV(acc, a, z) WG_RS(256, 2, 1, KV_SW, acc, a, Vs, V_LBO, V_SBO, V_STEP, V_STEP4, z)
+#define WG_QK(acc, a, z)                                                                       \
+    do {                                                                                       \
+        UNROLL                                                                                 \
+        for (int qb_ = 0; qb_ < 4; qb_++)                                                      \
+            WG_RS(32, 4, 0, KV_SW, acc, (a) + 4 * qb_, Ks + qb_ * (K_STEP4 / 2), K_LBO, K_SBO,  \
+                  K_STEP, K_STEP4, z);                                                         \
+    } while (0)
 #elif HEAD_DIM == 96 /* the second column block half used (WG_DPAD) */
 #define WG_PV(acc, a, z) WG_RS(96, 4, 1, KV_SW, acc, a, Vs, V_LBO, V_SBO, V_STEP, V_STEP4, z)
 #if WG_QLOCAL
@@ -741,10 +755,11 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
 
 #ifdef CV_WGMMA
 /* The check of the wgmma form, run once before the form is used (see the
- * header): one work-group of 128 computes S = Q K^T (64 x 64) and O = P V
+ * header): one work-group of 128 computes S = Q K^T (64 x BLOCK_N) and O = P V
  * (64 x HEAD_DIM) through attn_fwd_mma's staging and products. in holds the
- * 16-bit operands row-major: Q, K, V [64][HEAD_DIM], then P [64][64]; out
- * receives S [64][64] and then O [64][HEAD_DIM] as f32. */
+ * 16-bit operands row-major: Q [64][HEAD_DIM], K, V [BLOCK_N][HEAD_DIM], then
+ * P [64][BLOCK_N]; out receives S [64][BLOCK_N] and then O [64][HEAD_DIM] as
+ * f32. */
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1)))
 void attn_wgmma_check(__global const uchar *in, __global float *out)
 {
@@ -756,7 +771,7 @@ void attn_wgmma_check(__global const uchar *in, __global float *out)
     const int lid = get_local_id(0);
     const int warp = lid >> 5, lane = lid & 31, g = lane >> 2, t4 = lane & 3;
     const int k0 = 0; /* KV_ROW */
-    const size_t tile = (size_t)64 * HEAD_DIM * 2;
+    const size_t tile = (size_t)64 * HEAD_DIM * 2, ktile = (size_t)BLOCK_N * HEAD_DIM * 2;
 #if WG_QLOCAL
     STAGE_SW_ROWS(smem, BLOCK_M, in, (long)rr_ * HEAD_DIM, BLOCK_M);
 #else
@@ -772,7 +787,7 @@ void attn_wgmma_check(__global const uchar *in, __global float *out)
 #endif
     __local ushort *Ks = smem + KV_BASE, *Vs = Ks + KV_TILE;
     STAGE_K(Ks, BLOCK_N, in + tile, 0, BLOCK_N, HEAD_DIM, 0);
-    STAGE_V(Vs, BLOCK_N, in + 2 * tile, 0, BLOCK_N, HEAD_DIM, 0);
+    STAGE_V(Vs, BLOCK_N, in + tile + ktile, 0, BLOCK_N, HEAD_DIM, 0);
     cp_async_commit();
     cp_async_wait_all();
     fence_proxy_async();
@@ -787,22 +802,22 @@ void attn_wgmma_check(__global const uchar *in, __global float *out)
         oacc[n] = (float4)(0.0f);
     WG_QK(s, qf, 0u);
     /* P's A fragments straight from global memory (rows r0 and r0 + 8) */
-    __global const uint *pw = (__global const uint *)(in + 3 * tile);
+    __global const uint *pw = (__global const uint *)(in + tile + 2 * ktile);
     const int r0 = warp * 16 + g;
     uint4 pa[BLOCK_N / 16];
     UNROLL
     for (int kk = 0; kk < BLOCK_N / 16; kk++)
-        pa[kk] = (uint4)(pw[(r0 * 64 + kk * 16 + 2 * t4) / 2],
-                         pw[((r0 + 8) * 64 + kk * 16 + 2 * t4) / 2],
-                         pw[(r0 * 64 + kk * 16 + 8 + 2 * t4) / 2],
-                         pw[((r0 + 8) * 64 + kk * 16 + 8 + 2 * t4) / 2]);
+        pa[kk] = (uint4)(pw[(r0 * BLOCK_N + kk * 16 + 2 * t4) / 2],
+                         pw[((r0 + 8) * BLOCK_N + kk * 16 + 2 * t4) / 2],
+                         pw[(r0 * BLOCK_N + kk * 16 + 8 + 2 * t4) / 2],
+                         pw[((r0 + 8) * BLOCK_N + kk * 16 + 8 + 2 * t4) / 2]);
     WG_PV(oacc, pa, 0u);
     UNROLL
     for (int n = 0; n < NT_S; n++) {
-        vstore2((float2)(s[n].x, s[n].y), 0, out + r0 * 64 + n * 8 + 2 * t4);
-        vstore2((float2)(s[n].z, s[n].w), 0, out + (r0 + 8) * 64 + n * 8 + 2 * t4);
+        vstore2((float2)(s[n].x, s[n].y), 0, out + r0 * BLOCK_N + n * 8 + 2 * t4);
+        vstore2((float2)(s[n].z, s[n].w), 0, out + (r0 + 8) * BLOCK_N + n * 8 + 2 * t4);
     }
-    __global float *ob = out + 64 * 64;
+    __global float *ob = out + 64 * BLOCK_N;
     UNROLL
     for (int n = 0; n < NT_O; n++) {
         vstore2((float2)(oacc[n].x, oacc[n].y), 0, ob + r0 * HEAD_DIM + n * 8 + 2 * t4);

@@ -284,7 +284,7 @@ END_TEST
  * (wgswz=0) not, Q's tile in local memory and (wgqs=0) in registers, and the
  * descriptors' strides against the same rules the hardware applies, and its
  * capability check, attn_wgmma_check, runs first and must pass): head dims 64,
- * 96 and 128, sequences of several 64-key tiles,
+ * 96, 128 and 256 (32-key tiles), sequences of several key tiles,
  * GQA with the query heads of a KV head packed into the tile rows and
  * (wgpack=0) without, MHA, causal, window, softcap, lq != lk, q_pos, strided
  * q, the cl_mem entry point. */
@@ -352,6 +352,19 @@ START_TEST(test_wgmma_kernel)
         c.lq_ne_lk = 1;
         c.seed = 57;
         run_seeds(ctx, c, 1, "wgmma f16 d96 lq!=lk");
+        c = base_case(); /* head dim 256: 32-key tiles, Q in registers */
+        c.dtype = CLVARLEN_DTYPE_BF16;
+        c.d = c.dv = 256;
+        c.hq = 2;
+        c.hk = 1;
+        c.max_n = 2;
+        c.max_len = 120;
+        c.min_len = 40;
+        c.max_total = 200;
+        c.causal = 1;
+        c.wl = 50;
+        c.seed = 58;
+        run_seeds(ctx, c, 1, "wgmma bf16 d256 gqa causal window");
         clvarlen_context_destroy(ctx);
     }
     unsetenv("CLVARLEN_ATTENTION_TUNING");

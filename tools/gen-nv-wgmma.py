@@ -13,10 +13,10 @@ import sys
 
 # (N, k16 steps, B transposed): the shapes the kernels use.
 # attention-nv.cl -DCV_WGMMA: S = Q K^T is (64, D / 16, 0), O += P V is (D, BLOCK_N / 16, 1)
-# (D 64, 96, 128);
+# (D 64, 96, 128; D 256: 32-key tiles, S in four (32, 4, 0), O += P V (256, 2, 1));
 # attention-bwd-nv.cl -DCV_WGMMA: dV += P^T dO, dK += dS^T Q and dQ += dS K are (D, 2, 1).
 SHAPES = [(64, 4, 0), (64, 8, 0), (64, 4, 1), (128, 4, 1), (64, 2, 1), (128, 2, 1),
-          (64, 6, 0), (96, 4, 1)]
+          (64, 6, 0), (96, 4, 1), (32, 4, 0), (256, 2, 1)]
 # WG_SS: A from local memory too (K-major, 128-byte swizzle), for S = Q K^T with
 # -DCV_WG_QS: (N, k16 steps, B transposed); the backward's S^T = K Q^T,
 # dP^T = V dO^T (32-row query blocks), S = Q K^T and dP = dO V^T (32-key tiles).
@@ -309,15 +309,14 @@ def helper(n, ks, trans):
     # (a + zero, zero a run-time 0): see the header.
     zr = nacc + 5 * ks
     asm = ['"{\\n\\t.reg .pred p;\\n\\t.reg .b32 wa<%d>;\\n\\tsetp.ne.b32 p, 1, 0;\\n\\t"' % (4 * ks)]
-    for i in range(4 * ks):
-        asm.append(f'"add.u32 wa{i}, %{nacc + i}, %{zr};\\n\\t"')
+    for f in range(ks):
+        asm.append('"' + "".join(f"add.u32 wa{i}, %{nacc + i}, %{zr};\\n\\t" for i in range(4 * f, 4 * f + 4)) + '"')
     asm.append('"// CVW wgmma.fence.sync.aligned;\\n\\t"')
     for s in range(ks):
         dd = nacc + 4 * ks + s
         w = 4 * s
         asm.append(f'"// CVW wgmma.mma_async.sync.aligned.m64n{n}k16.f32." WG_TYPES " "')
-        asm.append(f'"{{{acc_list}}}, "')
-        asm.append(f'"{{wa{w}, wa{w + 1}, wa{w + 2}, wa{w + 3}}}, %{dd}, p, 1, 1, {trans};\\n\\t"')
+        asm.append(f'"{{{acc_list}}}, {{wa{w}, wa{w + 1}, wa{w + 2}, wa{w + 3}}}, %{dd}, p, 1, 1, {trans};\\n\\t"')
     asm.append('"// CVW wgmma.commit_group.sync.aligned;\\n\\t"')
     asm.append('"// CVW wgmma.wait_group.sync.aligned 0;\\n\\t}"')
     lines.append("    asm volatile(" + asm[0])
@@ -352,8 +351,7 @@ def helper_ss(n, ks, trans):
     asm.append('"// CVW wgmma.fence.sync.aligned;\\n\\t"')
     for s_ in range(ks):
         asm.append(f'"// CVW wgmma.mma_async.sync.aligned.m64n{n}k16.f32." WG_TYPES " "')
-        asm.append(f'"{{{acc_list}}}, "')
-        asm.append(f'"%{nacc + s_}, %{nacc + ks + s_}, p, 1, 1, 0, {trans};\\n\\t"')
+        asm.append(f'"{{{acc_list}}}, %{nacc + s_}, %{nacc + ks + s_}, p, 1, 1, 0, {trans};\\n\\t"')
     asm.append('"// CVW wgmma.commit_group.sync.aligned;\\n\\t"')
     asm.append('"// CVW wgmma.wait_group.sync.aligned 0;\\n\\t}"')
     lines.append("    asm volatile(" + asm[0])
@@ -413,8 +411,7 @@ def helper_ss2(n, ks):
             ai = base + p * 2 * ks + s_
             di = base + p * 2 * ks + ks + s_
             asm.append(f'"// CVW wgmma.mma_async.sync.aligned.m64n{n}k16.f32." WG_TYPES " "')
-            asm.append(f'"{{{accs[p]}}}, "')
-            asm.append(f'"%{ai}, %{di}, p, 1, 1, 0, 0;\\n\\t"')
+            asm.append(f'"{{{accs[p]}}}, %{ai}, %{di}, p, 1, 1, 0, 0;\\n\\t"')
     asm.append('"// CVW wgmma.commit_group.sync.aligned;\\n\\t"')
     asm.append('"// CVW wgmma.wait_group.sync.aligned 0;\\n\\t}"')
     outs = [f'"+f"(d[{i}])' for i in range(nacc)] + [f'"+f"(e[{i}])' for i in range(nacc)]
@@ -441,16 +438,15 @@ def helper_rs2(n, ks, trans):
     na = 4 * ks
     zr = base + 2 * na + 2 * ks
     asm = ['"{\\n\\t.reg .pred p;\\n\\t.reg .b32 wa<%d>;\\n\\tsetp.ne.b32 p, 1, 0;\\n\\t"' % (2 * na)]
-    for i in range(2 * na):
-        asm.append(f'"add.u32 wa{i}, %{base + i}, %{zr};\\n\\t"')
+    for f in range(2 * ks):
+        asm.append('"' + "".join(f"add.u32 wa{i}, %{base + i}, %{zr};\\n\\t" for i in range(4 * f, 4 * f + 4)) + '"')
     asm.append('"// CVW wgmma.fence.sync.aligned;\\n\\t"')
     for s_ in range(ks):
         for p in range(2):
             w = p * na + 4 * s_
             di = base + 2 * na + p * ks + s_
             asm.append(f'"// CVW wgmma.mma_async.sync.aligned.m64n{n}k16.f32." WG_TYPES " "')
-            asm.append(f'"{{{accs[p]}}}, "')
-            asm.append(f'"{{wa{w}, wa{w + 1}, wa{w + 2}, wa{w + 3}}}, %{di}, p, 1, 1, {trans};\\n\\t"')
+            asm.append(f'"{{{accs[p]}}}, {{wa{w}, wa{w + 1}, wa{w + 2}, wa{w + 3}}}, %{di}, p, 1, 1, {trans};\\n\\t"')
     asm.append('"// CVW wgmma.commit_group.sync.aligned;\\n\\t"')
     asm.append('"// CVW wgmma.wait_group.sync.aligned 0;\\n\\t}"')
     outs = [f'"+f"(d[{i}])' for i in range(nacc)] + [f'"+f"(e[{i}])' for i in range(nacc)]

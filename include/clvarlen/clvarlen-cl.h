@@ -241,8 +241,8 @@ CLVARLEN_API clvarlen_status clvarlen_cl_context_scratch_bytes(clvarlen_context 
  * On NVIDIA devices of compute capability 8.0 or later, f16/bf16 with
  * head_dim == head_dim_v <= 256 (a multiple of 16), 16-byte aligned offsets
  * and token strides that are multiples of 8 elements run on tensor cores
- * (inline PTX mma.sync; on compute capability 9.x with head dim 64, 96 or
- * 128, wgmma once its check has passed on the context); every other case
+ * (inline PTX mma.sync; on compute capability 9.x with head dim 64, 96, 128
+ * or 256, wgmma once its check has passed on the context); every other case
  * runs the portable kernel.
  */
 CLVARLEN_API clvarlen_status clvarlen_cl_attention_forward(

@@ -87,7 +87,7 @@ bool cv_attn_mma_device(const clvarlen_context *ctx)
 /* ------------------------------------------------------------ the wgmma form */
 
 /* Whether a forward call takes the wgmma form of the tensor-core kernel: not
- * the decode packing, not paged, head dim 64, 96 or 128 (wgmma_shape); on NVIDIA
+ * the decode packing, not paged, head dim 64, 96, 128 or 256 (wgmma_shape); on NVIDIA
  * devices of compute capability 9.x (Hopper: sm_90a) by default when the
  * sequences average at least 96 queries, the length from which the mma.sync
  * form holds Q in registers too (bf16 D 128 on an H100: 16 x 16384 323
@@ -97,10 +97,16 @@ bool cv_attn_mma_device(const clvarlen_context *ctx)
  * on for every length (on NVIDIA, Hopper only), CLVARLEN_ATTENTION_KERNEL=wgmma
  * forces it on any device (emulated elsewhere); it runs only after its check
  * passed (wgmma_ready). */
+static int wgmma_block_n(const cv_attn_desc *d)
+{
+    return d->head_dim == 256 ? 32 : 64; /* 256: Q in registers, K and V of 32 keys */
+}
+
 static bool wgmma_shape(const cv_attn_desc *d, const cv_attn_pack *pack)
 {
-    return (!pack || (pack->block_m == 64 && pack->block_n == 64)) && d->page_size == 0 &&
-           (d->head_dim == 64 || d->head_dim == 96 || d->head_dim == 128);
+    return (!pack || (pack->block_m == 64 && pack->block_n == wgmma_block_n(d))) &&
+           d->page_size == 0 &&
+           (d->head_dim == 64 || d->head_dim == 96 || d->head_dim == 128 || d->head_dim == 256);
 }
 
 /* knob_var: the tuning variable whose wgmma=0/1 turns the form off or on;
@@ -139,8 +145,10 @@ static clvarlen_status wgmma_check(clvarlen_context *ctx, const cv_attn_desc *d,
     clvarlen_status st = cv_get_kernel(ctx, "attention-nv.cl", options, "attn_wgmma_check", &k);
     if (st != CLVARLEN_SUCCESS)
         return st;
-    const int D = d->head_dim, M = 64;
-    const size_t n_in = (size_t)3 * M * D + (size_t)M * M, n_out = (size_t)M * M + (size_t)M * D;
+    /* Q [M][D], K and V [N][D], P [M][N] in; S [M][N] and O [M][D] out */
+    const int D = d->head_dim, M = 64, N = wgmma_block_n(d);
+    const size_t n_in = (size_t)(M + 2 * N) * D + (size_t)M * N,
+                 n_out = (size_t)M * N + (size_t)M * D;
     uint16_t *in = malloc(n_in * sizeof *in);
     float *vals = malloc(n_in * sizeof *vals), *out = malloc(n_out * sizeof *out);
     cl_mem bin = NULL, bout = NULL;
@@ -171,22 +179,22 @@ static clvarlen_status wgmma_check(clvarlen_context *ctx, const cv_attn_desc *d,
     }
     if ((st = cv_read(ctx, bout, 0, n_out * sizeof *out, out, 0, NULL)) != CLVARLEN_SUCCESS)
         goto done;
-    const float *q = vals, *kk = vals + (size_t)M * D, *v = vals + (size_t)2 * M * D;
-    const float *p = vals + (size_t)3 * M * D;
+    const float *q = vals, *kk = vals + (size_t)M * D, *v = kk + (size_t)N * D;
+    const float *p = v + (size_t)N * D;
     for (int r = 0; r < M && st == CLVARLEN_SUCCESS; r++) {
-        for (int c = 0; c < M + D; c++) {
+        for (int c = 0; c < N + D; c++) {
             double want = 0.0;
-            if (c < M)
+            if (c < N)
                 for (int e = 0; e < D; e++)
                     want += (double)q[r * D + e] * kk[c * D + e];
             else
-                for (int e = 0; e < M; e++)
-                    want += (double)p[r * M + e] * v[e * D + (c - M)];
-            const float got = c < M ? out[r * M + c] : out[(size_t)M * M + (size_t)r * D + (c - M)];
+                for (int e = 0; e < N; e++)
+                    want += (double)p[r * N + e] * v[e * D + (c - N)];
+            const float got = c < N ? out[r * N + c] : out[(size_t)M * N + (size_t)r * D + (c - N)];
             if ((double)got != want) {
                 st = cv_error(ctx, CLVARLEN_ERROR_KERNEL_BUILD,
-                              "wgmma check: %s[%d][%d] = %.9g, want %.9g", c < M ? "S" : "O",
-                              r, c < M ? c : c - M, (double)got, want);
+                              "wgmma check: %s[%d][%d] = %.9g, want %.9g", c < N ? "S" : "O",
+                              r, c < N ? c : c - N, (double)got, want);
                 break;
             }
         }
@@ -207,7 +215,10 @@ static clvarlen_status wgmma_ready(clvarlen_context *ctx, const char *fn, const 
                                    const char *options, bool *ok)
 {
     int *state = &ctx->attn_wgmma[d->dtype == CLVARLEN_DTYPE_F16 ? 0 : 1]
-                                 [d->head_dim == 64 ? 0 : d->head_dim == 96 ? 1 : 2];
+                                 [d->head_dim == 64    ? 0
+                                  : d->head_dim == 96  ? 1
+                                  : d->head_dim == 128 ? 2
+                                                       : 3];
     if (*state == 0) {
         clvarlen_status st = wgmma_check(ctx, d, options);
         if (st == CLVARLEN_SUCCESS) {
@@ -244,12 +255,15 @@ static void wgmma_options(const clvarlen_context *ctx, const cv_attn_desc *d,
     /* Q's tile in local memory too, S = Q K^T from descriptors only (no Q
      * fragments in registers): 1.16-1.21x with it on an H200 (16 x 16384
      * 328 against 269 TFLOP/s, causal 290 against 241; 64 x 65536 332
-     * against 282, causal 293 against 243); wgqs=0 keeps Q in registers */
-    const int qs = swz && cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "wgqs", 1) != 0;
+     * against 282, causal 293 against 243); wgqs=0 keeps Q in registers, as
+     * D 256 always does (Q does not fit beside K and V there) */
+    const int qs = swz && d->head_dim != 256 &&
+                   cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "wgqs", 1) != 0;
     snprintf(options, size,
-             "-DCV_DTYPE=%d -DHEAD_DIM=%d -DBLOCK_M=64 -DBLOCK_N=64 -DCV_WGMMA=1 -DCV_WG_SW=%d"
+             "-DCV_DTYPE=%d -DHEAD_DIM=%d -DBLOCK_M=64 -DBLOCK_N=%d -DCV_WGMMA=1 -DCV_WG_SW=%d"
              "%s%s%s",
-             cv_dtype_kernel_code(d->dtype), (int)d->head_dim, swz, qs ? " -DCV_WG_QS=1" : "",
+             cv_dtype_kernel_code(d->dtype), (int)d->head_dim, wgmma_block_n(d), swz,
+             qs ? " -DCV_WG_QS=1" : "",
              pack ? " -DCV_GQA_PACK=1" : "", nv ? " -DCV_NV_PTX=1 " CV_SM90A_OPTION : "");
 }
 
@@ -299,7 +313,7 @@ static clvarlen_status mma_cfg(clvarlen_context *ctx, const char *fn, const cv_a
         q_smem = 0;
     }
     if (wgmma_shape(d, pack) && wgmma_wanted(ctx, d, "CLVARLEN_ATTENTION_TUNING", 96)) {
-        /* one warpgroup of 64 rows, 64-key tiles (cl/attention-nv.cl) */
+        /* one warpgroup of 64 rows, 64-key tiles (D 256: 32; cl/attention-nv.cl) */
         char options[sizeof cfg->options];
         wgmma_options(ctx, d, pack, options, sizeof options);
         bool ok = false;
@@ -308,7 +322,7 @@ static clvarlen_status mma_cfg(clvarlen_context *ctx, const char *fn, const cv_a
             return st;
         if (ok) {
             cfg->block_m = 64;
-            cfg->block_n = 64;
+            cfg->block_n = wgmma_block_n(d);
             cfg->wg = 128;
             if (pack)
                 cfg->row_mult = d->heads_q / d->heads_kv;
@@ -573,7 +587,8 @@ static const cv_attn_pack *wgmma_pack(const clvarlen_context *ctx, const cv_attn
         !wgmma_wanted(ctx, d, "CLVARLEN_ATTENTION_TUNING", 96) || !cv_attn_use_mma(ctx, d, m) ||
         !cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "wgpack", 1))
         return pack;
-    *own = (cv_attn_pack){.block_m = 64, .block_n = 64, .splits = 1, .one_tile = false};
+    *own = (cv_attn_pack){
+        .block_m = 64, .block_n = wgmma_block_n(d), .splits = 1, .one_tile = false};
     return own;
 }
 

@@ -57,7 +57,7 @@ void ct_attn_free_case(fwd_case *c)
 int ct_attn_make_case(uint64_t *rs, clvarlen_dtype dtype, int case_i, const ct_options *opt,
                      fwd_case *c)
 {
-    static const int dims[] = {64, 128, 96, 64, 128, 32, 80, 256};
+    static const int dims[] = {64, 128, 96, 256, 128, 32, 80, 64};
     memset(c, 0, sizeof *c);
     clvarlen_attention_params *p = &c->p;
     clvarlen_attention_params_init(p);
