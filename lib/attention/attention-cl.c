@@ -369,11 +369,27 @@ static clvarlen_status mma_cfg(clvarlen_context *ctx, const char *fn, const cv_a
 static clvarlen_status portable_cfg(clvarlen_context *ctx, const char *fn, const cv_attn_desc *d,
                                     attn_cfg *cfg)
 {
-    int wg = (int)cv_pow2_floor(ctx->tuning.attn_wg ? (int)ctx->tuning.attn_wg : 64);
-    int bm = (int)cv_pow2_floor(ctx->tuning.attn_block_m ? (int)ctx->tuning.attn_block_m : 32);
-    int bn = (int)cv_pow2_floor(ctx->tuning.attn_block_n ? (int)ctx->tuning.attn_block_n : 32);
-    int tx = wg < 16 ? wg : 16;
+    /* CLVARLEN_ATTENTION_TUNING pwg, pbm, pbn, ptx, pdch, pkch override the
+     * work-group size, the tiles, the threads across keys and the staging
+     * chunks (for benchmarks; rounded down to powers of two) */
+#define PKNOB(name, fallback)                                                                  \
+    (int)cv_pow2_floor(cv_attn_knob("CLVARLEN_ATTENTION_TUNING", name, 0) > 0                  \
+                           ? cv_attn_knob("CLVARLEN_ATTENTION_TUNING", name, 0)                \
+                           : (fallback))
+    int wg = PKNOB("pwg", ctx->tuning.attn_wg ? (int)ctx->tuning.attn_wg : 64);
+    int bm = PKNOB("pbm", ctx->tuning.attn_block_m ? (int)ctx->tuning.attn_block_m : 32);
+    int bn = PKNOB("pbn", ctx->tuning.attn_block_n ? (int)ctx->tuning.attn_block_n : 32);
+    int tx = PKNOB("ptx", 16);
+    if (tx > wg)
+        tx = wg;
+    while (d->head_dim_v % tx != 0) /* TD = head_dim_v / TX output columns per work-item */
+        tx /= 2;
     int ty = wg / tx;
+    /* Q and K DCH dimensions at a time (a divisor of the head dim), V KCH keys */
+    const int dch_want = PKNOB("pdch", ctx->tuning.attn_dch ? (int)ctx->tuning.attn_dch : 16);
+    const int dch = d->head_dim % dch_want == 0 ? dch_want : 16;
+    const int kch_max = PKNOB("pkch", 16);
+#undef PKNOB
     int bn_min = tx < 4 ? 4 : tx;
     if (bn < bn_min)
         bn = bn_min;
@@ -384,10 +400,9 @@ static clvarlen_status portable_cfg(clvarlen_context *ctx, const char *fn, const
      * configuration the tests run on PoCL). */
     bool cpu_dev = ctx->device.kind == CLVARLEN_DEVICE_OPENCL_CPU;
     uint64_t limit = ctx->device.local_mem_bytes ? ctx->device.local_mem_bytes : 32768;
-    const int dch = 16;
-    int kch = 16;
+    int kch = kch_max;
     for (;;) {
-        kch = bn < 16 ? bn : 16;
+        kch = bn < kch_max ? bn : kch_max;
         uint64_t floats = 4 * ((uint64_t)bm * (dch / 4 + 1) + (uint64_t)bn * (dch / 4 + 1) +
                                (uint64_t)bm * (bn / 4 + 1)) +
                           (uint64_t)kch * d->head_dim_v + (uint64_t)bm * tx;

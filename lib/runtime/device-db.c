@@ -97,7 +97,9 @@ void cv_tuning_for(const clvarlen_device_info *info, cv_tuning *t)
          * next-token prefetch (128 registers, not 167): decode at 1.00x copy
          * bandwidth (N 256, 1024) against 0.82x at 16 columns with the prefetch,
          * token-by-token prefill 1.5x faster; attention's portable kernel best
-         * at 256 work-items. */
+         * at 256 work-items, staging Q and K 32 dimensions at a time (f32,
+         * 16 x 16384, D 128 on an H200: 20.3 against 18.7 TFLOP/s with 16;
+         * docs/PERFORMANCE.md). */
         t->gdn_v_tile = 32;
         t->gdn_wg = 128;
         t->gdn_k_lanes = 16;
@@ -105,6 +107,7 @@ void cv_tuning_for(const clvarlen_device_info *info, cv_tuning *t)
         t->attn_block_m = 64;
         t->attn_block_n = 64;
         t->attn_wg = 256;
+        t->attn_dch = 32;
         /* mma.sync.m16n8k16 with bf16 needs sm_80 or later. */
         t->nvidia_mma = info->cc_major >= 8;
         break;
