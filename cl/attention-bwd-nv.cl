@@ -172,6 +172,78 @@ inline void mma_store2(__global uchar *base, size_t el, float a, float b)
         }                                                                                      \
     } while (0)
 
+/* The opening of every kernel here: nothing to do with an invalid flag; the
+ * work item (sequence and first key or query row of the tile) from the work
+ * list, past its end nothing; the sequence's bounds and the tensors'
+ * addresses. dk/dv: one work-group per (key tile, KV head kvh), nvalid keys
+ * from kb; dq: per (query tile, query head h), rows rows from row0. */
+#define BWD_PROLOGUE(HEADS, HVAR, FIRST)                                                       \
+    if (flag && *flag)                                                                         \
+        return;                                                                                \
+    const int lid = get_local_id(0), warp = lid >> 5, lane = lid & 31;                         \
+    const int g = lane >> 2, t4 = lane & 3;                                                    \
+    const long grp = get_group_id(0);                                                          \
+    const int item = (int)(grp / (HEADS)), HVAR = (int)(grp % (HEADS));                        \
+    if (item >= wl[0])                                                                         \
+        return;                                                                                \
+    const int seq = wl[2 + 2 * item], FIRST = wl[3 + 2 * item];                                \
+    __global const int *cu_q = CV_CPTR(int, cu_q_base, cu_q_off);                              \
+    __global const int *cu_k = CV_CPTR(int, cu_k_base, cu_k_off);                              \
+    __global const int *q_pos = q_pos_base ? CV_CPTR(int, q_pos_base, q_pos_off) : 0;          \
+    __global const float *lse = CV_CPTR(float, lse_base, lse_off);                             \
+    __global const float *delta = CV_CPTR(float, delta_base, delta_off);                       \
+    const int q0 = clamp(cu_q[seq], 0, total_q), q1 = clamp(cu_q[seq + 1], q0, total_q);       \
+    const int k0 = clamp(cu_k[seq], 0, total_k), k1 = clamp(cu_k[seq + 1], k0, total_k);       \
+    const int lq = q1 - q0, lk = k1 - k0;                                                      \
+    __global const uchar *qb = q + q_off, *kb_ = k + k_off, *vb = v + v_off;                   \
+    __global const uchar *db = dout + do_off
+#define BWD_DKDV_PROLOGUE                                                                      \
+    BWD_PROLOGUE(heads_kv, kvh, kb);                                                           \
+    const int nvalid = min(BN_KV, lk - kb);                                                    \
+    if (nvalid <= 0)                                                                           \
+        return;                                                                                \
+    const int group = heads_q / heads_kv
+#define BWD_DQ_PROLOGUE                                                                        \
+    BWD_PROLOGUE(heads_q, h, row0);                                                            \
+    const int rows = min(BM_Q, lq - row0);                                                     \
+    if (rows <= 0)                                                                             \
+        return;                                                                                \
+    const int kvh = h / (heads_q / heads_kv)
+/* dk/dv: the query rows that can see keys kb .. kb + nvalid - 1 (all of them
+ * with q_pos), [r_begin, r_end) in n_rb blocks of BM_KV, for each query head
+ * of the group: n_it blocks. */
+#define BWD_ROW_SPAN                                                                           \
+    int r_begin = 0, r_end = lq;                                                               \
+    if (!q_pos) {                                                                              \
+        const long dd = (long)lk - lq;                                                         \
+        if (causal || window_right >= 0) {                                                     \
+            const long right = causal ? (window_right >= 0 ? min(0, window_right) : 0)         \
+                                      : (long)window_right;                                    \
+            r_begin = (int)clamp((long)kb - dd - right, 0L, (long)lq);                         \
+        }                                                                                      \
+        if (window_left >= 0)                                                                  \
+            r_end = (int)clamp((long)kb + nvalid - dd + window_left, 0L, (long)lq);            \
+    }                                                                                          \
+    const int n_rb = r_end > r_begin ? (r_end - r_begin + BM_KV - 1) / BM_KV : 0;              \
+    const int n_it = group * n_rb
+/* dq: this lane's rows warp * 16 + g and + 8 (index i): visible keys
+ * [lo[i], hi[i]], lse in base 2, delta. */
+#define BWD_DQ_ROWS                                                                            \
+    int lo[2], hi[2];                                                                          \
+    float lse2[2], dl[2];                                                                      \
+    UNROLL                                                                                     \
+    for (int i = 0; i < 2; i++) {                                                              \
+        const int r = warp * 16 + g + 8 * i, t = q0 + row0 + r;                                \
+        const float l = r < rows ? lse[(size_t)h * total_q + t] : -INFINITY;                   \
+        const int2 rg = r < rows ? mma_row_range(q_pos, t, row0 + r, lq, lk, l, causal,        \
+                                                 window_left, window_right)                    \
+                                 : (int2)(1, 0);                                               \
+        lo[i] = rg.x;                                                                          \
+        hi[i] = rg.y;                                                                          \
+        lse2[i] = isfinite(l) ? l * M_LOG2E_F : 0.0f;                                          \
+        dl[i] = r < rows ? delta[(size_t)h * total_q + t] : 0.0f;                              \
+    }
+
 #ifndef CV_WGMMA
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1)))
@@ -185,29 +257,7 @@ void attn_bwd_dkdv_mma(BWD_MMA_ARGS, __global uchar *dk, ulong dk_off, long dk_s
 #ifndef CV_NV_PTX
     __local uint *emu = emu_scratch;
 #endif
-    if (flag && *flag)
-        return;
-    const int lid = get_local_id(0), warp = lid >> 5, lane = lid & 31;
-    const int g = lane >> 2, t4 = lane & 3;
-    const long grp = get_group_id(0);
-    const int item = (int)(grp / heads_kv), kvh = (int)(grp % heads_kv);
-    if (item >= wl[0])
-        return;
-    const int seq = wl[2 + 2 * item], kb = wl[3 + 2 * item];
-    __global const int *cu_q = CV_CPTR(int, cu_q_base, cu_q_off);
-    __global const int *cu_k = CV_CPTR(int, cu_k_base, cu_k_off);
-    __global const int *q_pos = q_pos_base ? CV_CPTR(int, q_pos_base, q_pos_off) : 0;
-    __global const float *lse = CV_CPTR(float, lse_base, lse_off);
-    __global const float *delta = CV_CPTR(float, delta_base, delta_off);
-    const int q0 = clamp(cu_q[seq], 0, total_q), q1 = clamp(cu_q[seq + 1], q0, total_q);
-    const int k0 = clamp(cu_k[seq], 0, total_k), k1 = clamp(cu_k[seq + 1], k0, total_k);
-    const int lq = q1 - q0, lk = k1 - k0;
-    const int nvalid = min(BN_KV, lk - kb);
-    if (nvalid <= 0)
-        return;
-    const int group = heads_q / heads_kv;
-    __global const uchar *qb = q + q_off, *kb_ = k + k_off, *vb = v + v_off;
-    __global const uchar *db = dout + do_off;
+    BWD_DKDV_PROLOGUE;
     __local ushort *Vs = smem, *stages = smem + BN_KV * SROW;
 
     /* K through the stages into registers; V stays. */
@@ -221,21 +271,7 @@ void attn_bwd_dkdv_mma(BWD_MMA_ARGS, __global uchar *dk, ulong dk_off, long dk_s
     for (int ks = 0; ks < KSTEPS; ks++)
         kf[ks] = ldsm_x4(stages + (warp * 16 + (lane & 15)) * SROW + ks * 16 + (lane >> 4) * 8);
 
-    /* The query rows that can see these keys (all of them with q_pos), in
-     * blocks of BM_KV, for each query head of the group. */
-    int r_begin = 0, r_end = lq;
-    if (!q_pos) {
-        const long dd = (long)lk - lq;
-        if (causal || window_right >= 0) {
-            const long right = causal ? (window_right >= 0 ? min(0, window_right) : 0)
-                                      : (long)window_right;
-            r_begin = (int)clamp((long)kb - dd - right, 0L, (long)lq);
-        }
-        if (window_left >= 0)
-            r_end = (int)clamp((long)kb + nvalid - dd + window_left, 0L, (long)lq);
-    }
-    const int n_rb = r_end > r_begin ? (r_end - r_begin + BM_KV - 1) / BM_KV : 0;
-    const int n_it = group * n_rb;
+    BWD_ROW_SPAN;
 
     float4 dka[NT_D], dva[NT_D];
     UNROLL
@@ -352,49 +388,13 @@ void attn_bwd_dq_mma(BWD_MMA_ARGS, __global uchar *dq, ulong dq_off, long dq_str
 #ifndef CV_NV_PTX
     __local uint *emu = emu_scratch;
 #endif
-    if (flag && *flag)
-        return;
-    const int lid = get_local_id(0), warp = lid >> 5, lane = lid & 31;
-    const int g = lane >> 2, t4 = lane & 3;
-    const long grp = get_group_id(0);
-    const int item = (int)(grp / heads_q), h = (int)(grp % heads_q);
-    if (item >= wl[0])
-        return;
-    const int seq = wl[2 + 2 * item], row0 = wl[3 + 2 * item];
-    __global const int *cu_q = CV_CPTR(int, cu_q_base, cu_q_off);
-    __global const int *cu_k = CV_CPTR(int, cu_k_base, cu_k_off);
-    __global const int *q_pos = q_pos_base ? CV_CPTR(int, q_pos_base, q_pos_off) : 0;
-    __global const float *lse = CV_CPTR(float, lse_base, lse_off);
-    __global const float *delta = CV_CPTR(float, delta_base, delta_off);
-    const int q0 = clamp(cu_q[seq], 0, total_q), q1 = clamp(cu_q[seq + 1], q0, total_q);
-    const int k0 = clamp(cu_k[seq], 0, total_k), k1 = clamp(cu_k[seq + 1], k0, total_k);
-    const int lq = q1 - q0, lk = k1 - k0;
-    const int rows = min(BM_Q, lq - row0);
-    if (rows <= 0)
-        return;
-    const int kvh = h / (heads_q / heads_kv);
-    __global const uchar *qb = q + q_off, *kb_ = k + k_off, *vb = v + v_off;
-    __global const uchar *db = dout + do_off;
+    BWD_DQ_PROLOGUE;
 
     STAGE(smem, BM_Q, qb, ((long)q0 + row0 + rr_) * q_stride + (long)h * HEAD_DIM, rows);
     STAGE(smem + BM_Q * SROW, BM_Q, db, ((long)q0 + row0 + rr_) * do_stride + (long)h * HEAD_DIM,
           rows);
     cp_async_commit();
-    /* This lane's rows warp * 16 + g and + 8: visible keys, lse, delta. */
-    int lo[2], hi[2];
-    float lse2[2], dl[2];
-    UNROLL
-    for (int i = 0; i < 2; i++) {
-        const int r = warp * 16 + g + 8 * i, t = q0 + row0 + r;
-        const float l = r < rows ? lse[(size_t)h * total_q + t] : -INFINITY;
-        const int2 rg = r < rows ? mma_row_range(q_pos, t, row0 + r, lq, lk, l, causal,
-                                                 window_left, window_right)
-                                 : (int2)(1, 0);
-        lo[i] = rg.x;
-        hi[i] = rg.y;
-        lse2[i] = isfinite(l) ? l * M_LOG2E_F : 0.0f;
-        dl[i] = r < rows ? delta[(size_t)h * total_q + t] : 0.0f;
-    }
+    BWD_DQ_ROWS;
     if (lid == 0) {
         range[0] = INT_MAX;
         range[1] = -1;
@@ -564,29 +564,7 @@ void attn_bwd_dkdv_mma(BWD_MMA_ARGS, __global uchar *dk, ulong dk_off, long dk_s
 #ifndef CV_NV_PTX
     __local uint *emu = emu_scratch;
 #endif
-    if (flag && *flag)
-        return;
-    const int lid = get_local_id(0), warp = lid >> 5, lane = lid & 31;
-    const int g = lane >> 2, t4 = lane & 3;
-    const long grp = get_group_id(0);
-    const int item = (int)(grp / heads_kv), kvh = (int)(grp % heads_kv);
-    if (item >= wl[0])
-        return;
-    const int seq = wl[2 + 2 * item], kb = wl[3 + 2 * item];
-    __global const int *cu_q = CV_CPTR(int, cu_q_base, cu_q_off);
-    __global const int *cu_k = CV_CPTR(int, cu_k_base, cu_k_off);
-    __global const int *q_pos = q_pos_base ? CV_CPTR(int, q_pos_base, q_pos_off) : 0;
-    __global const float *lse = CV_CPTR(float, lse_base, lse_off);
-    __global const float *delta = CV_CPTR(float, delta_base, delta_off);
-    const int q0 = clamp(cu_q[seq], 0, total_q), q1 = clamp(cu_q[seq + 1], q0, total_q);
-    const int k0 = clamp(cu_k[seq], 0, total_k), k1 = clamp(cu_k[seq + 1], k0, total_k);
-    const int lq = q1 - q0, lk = k1 - k0;
-    const int nvalid = min(BN_KV, lk - kb);
-    if (nvalid <= 0)
-        return;
-    const int group = heads_q / heads_kv;
-    __global const uchar *qb = q + q_off, *kb_ = k + k_off, *vb = v + v_off;
-    __global const uchar *db = dout + do_off;
+    BWD_DKDV_PROLOGUE;
     __local ushort *Ks = smem, *Vs = Ks + BN_KV * HEAD_DIM;
     __local ushort *Qs = Vs + BN_KV * HEAD_DIM, *Ds = Qs + BM_KV * HEAD_DIM;
 
@@ -594,20 +572,7 @@ void attn_bwd_dkdv_mma(BWD_MMA_ARGS, __global uchar *dk, ulong dk_off, long dk_s
     STAGE_SW_ROWS(Vs, BN_KV, vb, ((long)k0 + kb + rr_) * v_stride + (long)kvh * HEAD_DIM, nvalid);
     cp_async_commit();
 
-    /* The query rows that can see these keys, as in the mma.sync form. */
-    int r_begin = 0, r_end = lq;
-    if (!q_pos) {
-        const long dd = (long)lk - lq;
-        if (causal || window_right >= 0) {
-            const long right = causal ? (window_right >= 0 ? min(0, window_right) : 0)
-                                      : (long)window_right;
-            r_begin = (int)clamp((long)kb - dd - right, 0L, (long)lq);
-        }
-        if (window_left >= 0)
-            r_end = (int)clamp((long)kb + nvalid - dd + window_left, 0L, (long)lq);
-    }
-    const int n_rb = r_end > r_begin ? (r_end - r_begin + BM_KV - 1) / BM_KV : 0;
-    const int n_it = group * n_rb;
+    BWD_ROW_SPAN;
 
     float4 dka[NT_D], dva[NT_D];
     UNROLL
@@ -748,29 +713,7 @@ void attn_bwd_dq_mma(BWD_MMA_ARGS, __global uchar *dq, ulong dq_off, long dq_str
 #ifndef CV_NV_PTX
     __local uint *emu = emu_scratch;
 #endif
-    if (flag && *flag)
-        return;
-    const int lid = get_local_id(0), warp = lid >> 5, lane = lid & 31;
-    const int g = lane >> 2, t4 = lane & 3;
-    const long grp = get_group_id(0);
-    const int item = (int)(grp / heads_q), h = (int)(grp % heads_q);
-    if (item >= wl[0])
-        return;
-    const int seq = wl[2 + 2 * item], row0 = wl[3 + 2 * item];
-    __global const int *cu_q = CV_CPTR(int, cu_q_base, cu_q_off);
-    __global const int *cu_k = CV_CPTR(int, cu_k_base, cu_k_off);
-    __global const int *q_pos = q_pos_base ? CV_CPTR(int, q_pos_base, q_pos_off) : 0;
-    __global const float *lse = CV_CPTR(float, lse_base, lse_off);
-    __global const float *delta = CV_CPTR(float, delta_base, delta_off);
-    const int q0 = clamp(cu_q[seq], 0, total_q), q1 = clamp(cu_q[seq + 1], q0, total_q);
-    const int k0 = clamp(cu_k[seq], 0, total_k), k1 = clamp(cu_k[seq + 1], k0, total_k);
-    const int lq = q1 - q0, lk = k1 - k0;
-    const int rows = min(BM_Q, lq - row0);
-    if (rows <= 0)
-        return;
-    const int kvh = h / (heads_q / heads_kv);
-    __global const uchar *qb = q + q_off, *kb_ = k + k_off, *vb = v + v_off;
-    __global const uchar *db = dout + do_off;
+    BWD_DQ_PROLOGUE;
     __local ushort *Qs = smem, *Ds = Qs + BM_Q * HEAD_DIM;
     __local ushort *Ks = Ds + BM_Q * HEAD_DIM, *Vs = Ks + BN_Q * HEAD_DIM;
     __local int *range = (__local int *)Vs;
@@ -778,21 +721,7 @@ void attn_bwd_dq_mma(BWD_MMA_ARGS, __global uchar *dq, ulong dq_off, long dq_str
     STAGE_SW_ROWS(Qs, BM_Q, qb, ((long)q0 + row0 + rr_) * q_stride + (long)h * HEAD_DIM, rows);
     STAGE_SW_ROWS(Ds, BM_Q, db, ((long)q0 + row0 + rr_) * do_stride + (long)h * HEAD_DIM, rows);
     cp_async_commit();
-    /* This lane's rows warp * 16 + g and + 8: visible keys, lse, delta. */
-    int lo[2], hi[2];
-    float lse2[2], dl[2];
-    UNROLL
-    for (int i = 0; i < 2; i++) {
-        const int r = warp * 16 + g + 8 * i, t = q0 + row0 + r;
-        const float l = r < rows ? lse[(size_t)h * total_q + t] : -INFINITY;
-        const int2 rg = r < rows ? mma_row_range(q_pos, t, row0 + r, lq, lk, l, causal,
-                                                 window_left, window_right)
-                                 : (int2)(1, 0);
-        lo[i] = rg.x;
-        hi[i] = rg.y;
-        lse2[i] = isfinite(l) ? l * M_LOG2E_F : 0.0f;
-        dl[i] = r < rows ? delta[(size_t)h * total_q + t] : 0.0f;
-    }
+    BWD_DQ_ROWS;
     if (lid == 0) {
         range[0] = INT_MAX;
         range[1] = -1;
