@@ -21,7 +21,7 @@
  * -D: CV_DTYPE (CV_DT_F16 or CV_DT_BF16), HEAD_DIM (multiple of 16, <= 128),
  * NWARPS, BM_KV and BN_Q (multiples of 16), NSTAGE (1 or 2), GRAD_F32 (optional: f32
  * outputs); CV_WGMMA (with CV_SM90A=1 on the device) the Hopper form at the end
- * of the file (HEAD_DIM 64 or 128, NWARPS 4, BM_KV and BN_Q 32; BWD_PAIR).
+ * of the file (HEAD_DIM 64, 96 or 128, NWARPS 4, BM_KV and BN_Q 32; BWD_PAIR).
  * Dropout runs the portable kernels (the host's choice).
  */
 
@@ -520,9 +520,13 @@ void attn_bwd_dq_mma(BWD_MMA_ARGS, __global uchar *dq, ulong dq_off, long dq_str
  *   dq: Q and dO (64 rows) stay; per tile of BN_Q = 32 keys, K and V:
  *     S = Q K^T, dP = dO V^T (WG_SS), dS, dQ += dS K (WG_RS).
  * Each output element is still summed by one work-item in a fixed order. */
-#if NWARPS != 4 || BM_KV != 32 || BN_Q != 32 || (HEAD_DIM != 64 && HEAD_DIM != 128)
-#error "attention-bwd-nv.cl CV_WGMMA: NWARPS 4, BM_KV 32, BN_Q 32, HEAD_DIM 64 or 128"
+#if NWARPS != 4 || BM_KV != 32 || BN_Q != 32 ||                                               \
+    (HEAD_DIM != 64 && HEAD_DIM != 96 && HEAD_DIM != 128)
+#error "attention-bwd-nv.cl CV_WGMMA: NWARPS 4, BM_KV 32, BN_Q 32, HEAD_DIM 64, 96 or 128"
 #endif
+/* A tile row in local memory: whole 64-column blocks of the swizzled layout
+ * (head dim 96: two, the second half used; STAGE_SW_ROWS leaves the rest). */
+#define WG_DPAD ((HEAD_DIM + 63) / 64 * 64)
 /* The products (the helpers' names are pasted from literal shapes):
  * WG_SS32, N 32 over the head dim, A's tile astep4 and B's step4 bytes per
  * 64-column block; WG_RS_D, N = the head dim over 32 rows of B (N-major, its
@@ -535,6 +539,14 @@ void attn_bwd_dq_mma(BWD_MMA_ARGS, __global uchar *dq, ulong dq_off, long dq_str
     WG_SS2(32, 8, 1, acc0, a0, b0, acc1, a1, b1, 16, 1024, 32, astep4, 16, 1024, 32, step4)
 #define WG_RS_D2(acc0, a0, b0, acc1, a1, b1, lbo, z)                                           \
     WG_RS2(128, 2, 1, 1, acc0, a0, b0, acc1, a1, b1, lbo, 1024, 2048, 8192, z)
+#elif HEAD_DIM == 96
+#define WG_SS32(acc, a, astep4, b, step4)                                                      \
+    WG_SS(32, 6, 0, 1, acc, a, 16, 1024, 32, astep4, b, 16, 1024, 32, step4)
+#define WG_RS_D(acc, a, b, lbo, z) WG_RS(96, 2, 1, 1, acc, a, b, lbo, 1024, 2048, 8192, z)
+#define WG_SS32_2(acc0, a0, b0, acc1, a1, b1, astep4, step4)                                    \
+    WG_SS2(32, 6, 1, acc0, a0, b0, acc1, a1, b1, 16, 1024, 32, astep4, 16, 1024, 32, step4)
+#define WG_RS_D2(acc0, a0, b0, acc1, a1, b1, lbo, z)                                           \
+    WG_RS2(96, 2, 1, 1, acc0, a0, b0, acc1, a1, b1, lbo, 1024, 2048, 8192, z)
 #else
 #define WG_SS32(acc, a, astep4, b, step4)                                                      \
     WG_SS(32, 4, 0, 1, acc, a, 16, 1024, 32, astep4, b, 16, 1024, 32, step4)
@@ -559,14 +571,14 @@ void attn_bwd_dkdv_mma(BWD_MMA_ARGS, __global uchar *dk, ulong dk_off, long dk_s
                        __global uchar *dv, ulong dv_off, long dv_stride)
 {
     /* K, V (BN_KV rows), Q, dO (BM_KV rows); each tile a multiple of 1024 bytes. */
-    __local ushort smem[(2 * BN_KV + 2 * BM_KV) * HEAD_DIM] __attribute__((aligned(1024)));
+    __local ushort smem[(2 * BN_KV + 2 * BM_KV) * WG_DPAD] __attribute__((aligned(1024)));
     EMU_DECL
 #ifndef CV_NV_PTX
     __local uint *emu = emu_scratch;
 #endif
     BWD_DKDV_PROLOGUE;
-    __local ushort *Ks = smem, *Vs = Ks + BN_KV * HEAD_DIM;
-    __local ushort *Qs = Vs + BN_KV * HEAD_DIM, *Ds = Qs + BM_KV * HEAD_DIM;
+    __local ushort *Ks = smem, *Vs = Ks + BN_KV * WG_DPAD;
+    __local ushort *Qs = Vs + BN_KV * WG_DPAD, *Ds = Qs + BM_KV * WG_DPAD;
 
     STAGE_SW_ROWS(Ks, BN_KV, kb_, ((long)k0 + kb + rr_) * k_stride + (long)kvh * HEAD_DIM, nvalid);
     STAGE_SW_ROWS(Vs, BN_KV, vb, ((long)k0 + kb + rr_) * v_stride + (long)kvh * HEAD_DIM, nvalid);
@@ -708,14 +720,14 @@ void attn_bwd_dq_mma(BWD_MMA_ARGS, __global uchar *dq, ulong dq_off, long dq_str
 {
     /* Q, dO (BM_Q rows), K, V (BN_Q rows); the key range lives in V's tile
      * until the first V is staged. */
-    __local ushort smem[(2 * BM_Q + 2 * BN_Q) * HEAD_DIM] __attribute__((aligned(1024)));
+    __local ushort smem[(2 * BM_Q + 2 * BN_Q) * WG_DPAD] __attribute__((aligned(1024)));
     EMU_DECL
 #ifndef CV_NV_PTX
     __local uint *emu = emu_scratch;
 #endif
     BWD_DQ_PROLOGUE;
-    __local ushort *Qs = smem, *Ds = Qs + BM_Q * HEAD_DIM;
-    __local ushort *Ks = Ds + BM_Q * HEAD_DIM, *Vs = Ks + BN_Q * HEAD_DIM;
+    __local ushort *Qs = smem, *Ds = Qs + BM_Q * WG_DPAD;
+    __local ushort *Ks = Ds + BM_Q * WG_DPAD, *Vs = Ks + BN_Q * WG_DPAD;
     __local int *range = (__local int *)Vs;
 
     STAGE_SW_ROWS(Qs, BM_Q, qb, ((long)q0 + row0 + rr_) * q_stride + (long)h * HEAD_DIM, rows);

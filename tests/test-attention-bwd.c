@@ -733,6 +733,16 @@ START_TEST(test_bwd_wgmma_emulated)
     c.g_pad = 8;
     c.grad_f32 = 0;
     run_bwd_seeds(ctx, c, 1, "wgmma f16 mqa q_pos strides d 128");
+    c = bwd_base(); /* head dim 96: the second 64-column block half used */
+    c.a.dtype = CLVARLEN_DTYPE_BF16;
+    c.a.d = c.a.dv = 96;
+    c.a.hq = 4;
+    c.a.hk = 2;
+    c.a.max_n = 3;
+    c.a.max_len = 120;
+    c.a.max_total = 240;
+    c.a.causal = 1;
+    run_bwd_seeds(ctx, c, 1, "wgmma bf16 d 96 gqa causal");
     clvarlen_context_destroy(ctx);
     /* the other staging orders: dk/dv's products one at a time, dq's paired */
     setenv("CLVARLEN_ATTN_BWD_TUNING", "pair=2", 1);
@@ -747,6 +757,11 @@ START_TEST(test_bwd_wgmma_emulated)
     c.a.max_total = 300;
     c.a.causal = 1;
     run_bwd_seeds(ctx, c, 1, "wgmma pair=2 causal");
+    c.a.d = c.a.dv = 96;
+    c.a.causal = 0;
+    c.a.max_n = 2;
+    c.a.max_total = 200;
+    run_bwd_seeds(ctx, c, 1, "wgmma pair=2 d 96");
     clvarlen_context_destroy(ctx);
     unsetenv("CLVARLEN_ATTN_BWD_TUNING");
     unsetenv("CLVARLEN_ATTENTION_KERNEL");

@@ -274,7 +274,7 @@ bool cv_attn_wgmma_forced(void)
 
 bool cv_attn_bwd_wgmma_wanted(const clvarlen_context *ctx, const cv_attn_desc *d)
 {
-    return (d->head_dim == 64 || d->head_dim == 128) &&
+    return (d->head_dim == 64 || d->head_dim == 96 || d->head_dim == 128) &&
            wgmma_wanted(ctx, d, "CLVARLEN_ATTN_BWD_TUNING", 0);
 }
 

@@ -394,6 +394,9 @@ int bench_attention_bwd(clvarlen_context *dev, const ct_options *opt, double cop
         {"attn-128x8k", CLVARLEN_DTYPE_BF16, 128, 8192, 32, 8, 128, 0},
         {"attn-128x8k-causal", CLVARLEN_DTYPE_BF16, 128, 8192, 32, 8, 128, 1},
         {"attn-f32-16x16k", CLVARLEN_DTYPE_F32, 16, 16384, 32, 8, 128, 0},
+        {"attn-d64-16x16k", CLVARLEN_DTYPE_BF16, 16, 16384, 32, 8, 64, 0},
+        {"attn-d96-16x16k", CLVARLEN_DTYPE_BF16, 16, 16384, 32, 8, 96, 0},
+        {"attn-d96-16x16k-causal", CLVARLEN_DTYPE_BF16, 16, 16384, 32, 8, 96, 1},
     };
     static const bench_shape small[] = {
         {"attn-8x2k", CLVARLEN_DTYPE_BF16, 8, 2048, 8, 2, 128, 0},
