@@ -379,16 +379,26 @@ static clvarlen_status portable_cfg(clvarlen_context *ctx, const char *fn, const
     int wg = PKNOB("pwg", ctx->tuning.attn_wg ? (int)ctx->tuning.attn_wg : 64);
     int bm = PKNOB("pbm", ctx->tuning.attn_block_m ? (int)ctx->tuning.attn_block_m : 32);
     int bn = PKNOB("pbn", ctx->tuning.attn_block_n ? (int)ctx->tuning.attn_block_n : 32);
+    const int wg_max = (int)cv_pow2_floor(
+        ctx->device.max_work_group_size ? (int64_t)ctx->device.max_work_group_size : 256);
+    if (wg > wg_max)
+        wg = wg_max;
     int tx = PKNOB("ptx", 16);
+    if (tx > 16) /* the range the tests and the device table use: 64 across keys with
+                  * 1024 in a group corrupted the host heap on PoCL (not analysed) */
+        tx = 16;
     if (tx > wg)
         tx = wg;
     while (d->head_dim_v % tx != 0) /* TD = head_dim_v / TX output columns per work-item */
         tx /= 2;
     int ty = wg / tx;
-    /* Q and K DCH dimensions at a time (a divisor of the head dim), V KCH keys */
+    /* Q and K DCH dimensions at a time (a divisor of the head dim), V KCH keys
+     * (both whole float4s: at least 4) */
     const int dch_want = PKNOB("pdch", ctx->tuning.attn_dch ? (int)ctx->tuning.attn_dch : 16);
-    const int dch = d->head_dim % dch_want == 0 ? dch_want : 16;
-    const int kch_max = PKNOB("pkch", 16);
+    const int dch = dch_want >= 4 && d->head_dim % dch_want == 0 ? dch_want : 16;
+    int kch_max = PKNOB("pkch", 16);
+    if (kch_max < 4)
+        kch_max = 4;
 #undef PKNOB
     int bn_min = tx < 4 ? 4 : tx;
     if (bn < bn_min)
