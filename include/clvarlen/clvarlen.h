@@ -618,7 +618,7 @@ typedef struct clvarlen_attention_params {
     int64_t total_k;       /**< Tk = cu_seqlens_k[N] */
     int32_t heads_q;       /**< Hq > 0 */
     int32_t heads_kv;      /**< Hk > 0 with Hq % Hk == 0; query head h reads kv head h / (Hq / Hk) */
-    int32_t head_dim;      /**< D of q and k: a multiple of 16 in [16, 256] (64 and 128 fastest) */
+    int32_t head_dim;      /**< D of q and k: a multiple of 16 in [16, 256] (fastest: 64, 96, 128, 256) */
     int32_t head_dim_v;    /**< Dv of v and o, same rule (0: head_dim) */
     /** Token strides in elements (0 = contiguous: heads * dim). A stride may
      * exceed the row, for views into a fused qkv projection. */
