@@ -28,8 +28,9 @@
  * loader's PTX patch step): the two products on wgmma (cl/nv-wgmma.clh)
  * instead of mma.sync, the same algorithm around them. BLOCK_M 64 (the
  * work-group is one warpgroup, warp w owning rows 16 w .., as above), BLOCK_N
- * 64 with HEAD_DIM 64, 96 or 128 (32 with 256, Q in registers), packed K/V only; with CV_GQA_PACK for prefill too
- * (each K/V tile staged once for all query heads of its KV head). K and V
+ * 64 with HEAD_DIM 64, 96 or 128 (32 with 256, Q in registers), packed K/V
+ * only; with CV_GQA_PACK for prefill too (each K/V tile staged once for all
+ * query heads of its KV head). K and V
  * tiles are staged by cp.async in the 128-byte swizzled layout (CV_WG_SW=1,
  * the default; 0: as unswizzled core matrices, 8 rows of 16 bytes) that the
  * tensor cores read by descriptor: S = Q K^T with K as the K-major operand,
@@ -74,7 +75,7 @@
 #if BLOCK_M != 64 || defined(Q_SMEM) || defined(CV_PAGED) ||                                   \
     !(BLOCK_N == 64 && (HEAD_DIM == 64 || HEAD_DIM == 96 || HEAD_DIM == 128) ||                 \
       BLOCK_N == 32 && HEAD_DIM == 256 && !CV_WG_QS)
-#error "CV_WGMMA: BLOCK_M 64, BLOCK_N 64 with HEAD_DIM 64, 96 or 128 (or 32 with 256, Q in registers), not Q_SMEM, packed K/V"
+#error "CV_WGMMA: BLOCK_M 64; BLOCK_N 64, HEAD_DIM 64/96/128 or 32, 256 (not CV_WG_QS); packed K/V"
 #endif
 /* CV_WG_SW: the K and V tiles in the 128-byte swizzled layout (default), 0
  * the unswizzled core matrices (see the staging macros below). */
@@ -89,7 +90,7 @@
 #else
 #define WG_DPAD HEAD_DIM
 #endif
-#define KV_TILE (BLOCK_N * WG_DPAD) /* a K or V tile as core matrices, unpadded */
+#define KV_TILE (BLOCK_N * WG_DPAD) /* a K or V tile, in elements */
 /* CV_WG_QS (with CV_WG_SW): Q's tile in local memory too, swizzled as K's,
  * and S = Q K^T with both operands read by descriptor (WG_SS of
  * cl/nv-wgmma.clh): no Q fragments in registers. Local memory Q + K + V is
