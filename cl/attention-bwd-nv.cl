@@ -524,9 +524,6 @@ void attn_bwd_dq_mma(BWD_MMA_ARGS, __global uchar *dq, ulong dq_off, long dq_str
     (HEAD_DIM != 64 && HEAD_DIM != 96 && HEAD_DIM != 128)
 #error "attention-bwd-nv.cl CV_WGMMA: NWARPS 4, BM_KV 32, BN_Q 32, HEAD_DIM 64, 96 or 128"
 #endif
-/* A tile row in local memory: whole 64-column blocks of the swizzled layout
- * (head dim 96: two, the second half used; STAGE_SW_ROWS leaves the rest). */
-#define WG_DPAD ((HEAD_DIM + 63) / 64 * 64)
 /* The products (the helpers' names are pasted from literal shapes):
  * WG_SS32, N 32 over the head dim, A's tile astep4 and B's step4 bytes per
  * 64-column block; WG_RS_D, N = the head dim over 32 rows of B (N-major, its
@@ -571,14 +568,14 @@ void attn_bwd_dkdv_mma(BWD_MMA_ARGS, __global uchar *dk, ulong dk_off, long dk_s
                        __global uchar *dv, ulong dv_off, long dv_stride)
 {
     /* K, V (BN_KV rows), Q, dO (BM_KV rows); each tile a multiple of 1024 bytes. */
-    __local ushort smem[(2 * BN_KV + 2 * BM_KV) * WG_DPAD] __attribute__((aligned(1024)));
+    __local ushort smem[(2 * BN_KV + 2 * BM_KV) * SW_ROW_ELEMS] __attribute__((aligned(1024)));
     EMU_DECL
 #ifndef CV_NV_PTX
     __local uint *emu = emu_scratch;
 #endif
     BWD_DKDV_PROLOGUE;
-    __local ushort *Ks = smem, *Vs = Ks + BN_KV * WG_DPAD;
-    __local ushort *Qs = Vs + BN_KV * WG_DPAD, *Ds = Qs + BM_KV * WG_DPAD;
+    __local ushort *Ks = smem, *Vs = Ks + BN_KV * SW_ROW_ELEMS;
+    __local ushort *Qs = Vs + BN_KV * SW_ROW_ELEMS, *Ds = Qs + BM_KV * SW_ROW_ELEMS;
 
     STAGE_SW_ROWS(Ks, BN_KV, kb_, ((long)k0 + kb + rr_) * k_stride + (long)kvh * HEAD_DIM, nvalid);
     STAGE_SW_ROWS(Vs, BN_KV, vb, ((long)k0 + kb + rr_) * v_stride + (long)kvh * HEAD_DIM, nvalid);
@@ -720,14 +717,14 @@ void attn_bwd_dq_mma(BWD_MMA_ARGS, __global uchar *dq, ulong dq_off, long dq_str
 {
     /* Q, dO (BM_Q rows), K, V (BN_Q rows); the key range lives in V's tile
      * until the first V is staged. */
-    __local ushort smem[(2 * BM_Q + 2 * BN_Q) * WG_DPAD] __attribute__((aligned(1024)));
+    __local ushort smem[(2 * BM_Q + 2 * BN_Q) * SW_ROW_ELEMS] __attribute__((aligned(1024)));
     EMU_DECL
 #ifndef CV_NV_PTX
     __local uint *emu = emu_scratch;
 #endif
     BWD_DQ_PROLOGUE;
-    __local ushort *Qs = smem, *Ds = Qs + BM_Q * WG_DPAD;
-    __local ushort *Ks = Ds + BM_Q * WG_DPAD, *Vs = Ks + BN_Q * WG_DPAD;
+    __local ushort *Qs = smem, *Ds = Qs + BM_Q * SW_ROW_ELEMS;
+    __local ushort *Ks = Ds + BM_Q * SW_ROW_ELEMS, *Vs = Ks + BN_Q * SW_ROW_ELEMS;
     __local int *range = (__local int *)Vs;
 
     STAGE_SW_ROWS(Qs, BM_Q, qb, ((long)q0 + row0 + rr_) * q_stride + (long)h * HEAD_DIM, rows);

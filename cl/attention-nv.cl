@@ -83,10 +83,10 @@
 #define CV_WG_SW 1
 #endif
 /* A tile row's elements in local memory: the swizzled layout takes whole
- * column blocks of 64 (head dim 96: two, the second half used), the core
- * matrices the head dim itself. */
+ * column blocks of 64 (SW_ROW_ELEMS of cl/nv-wgmma.clh; head dim 96: two,
+ * the second half used), the core matrices the head dim itself. */
 #if CV_WG_SW
-#define WG_DPAD ((HEAD_DIM + 63) / 64 * 64)
+#define WG_DPAD SW_ROW_ELEMS
 #else
 #define WG_DPAD HEAD_DIM
 #endif

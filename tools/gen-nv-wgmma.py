@@ -212,17 +212,17 @@ inline void emu_wg_ss(float4 *acc, int n8, int ksteps, __local const ushort *qa,
  * of 64 elements, ROWS * 128 bytes each; in a block, row r at r * 128, its
  * 16-byte chunk c at (c ^ (r % 8)) * 16. A head dim that is not a multiple
  * of 64 (96) leaves the last block's chunks from HEAD_DIM on unwritten: the
- * products never read them (SW_BLOCKS blocks of ROWS * 64 elements are
- * allocated). dst must be 1024-byte aligned for the tensor cores. Eight
+ * products never read them (a row takes SW_ROW_ELEMS elements of the tile,
+ * whole blocks). dst must be 1024-byte aligned for the tensor cores. Eight
  * consecutive work-items take the eight chunks of one row: 128 contiguous
  * bytes read, one swizzled row written without bank conflicts. Needs lid,
  * WG_SIZE and CPR (HEAD_DIM / 8) in scope, and cp_async16 (cl/nv-mma.clh);
  * the caller commits. Its own names end in an underscore (ELEXPR sees rr_):
  * keep a caller's out of that form. */
-#define SW_BLOCKS ((CPR + 7) / 8)
+#define SW_ROW_ELEMS ((CPR + 7) / 8 * 64)
 #define STAGE_SW_ROWS(dst, ROWS, base, ELEXPR, nrows)                                           \
     do {                                                                                        \
-        for (int se_ = lid; se_ < (ROWS) * 8 * SW_BLOCKS; se_ += WG_SIZE) {                     \
+        for (int se_ = lid; se_ < (ROWS) * (SW_ROW_ELEMS / 8); se_ += WG_SIZE) {                \
             const int sc_ = se_ & 7, sr_ = (se_ >> 3) % (ROWS), sh_ = (se_ >> 3) / (ROWS);      \
             const bool sok_ = sr_ < (nrows);                                                    \
             const int rr_ = sok_ ? sr_ : 0;                                                     \

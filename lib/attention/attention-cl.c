@@ -363,27 +363,30 @@ static clvarlen_status mma_cfg(clvarlen_context *ctx, const char *fn, const cv_a
     return CLVARLEN_SUCCESS;
 }
 
+/* CLVARLEN_ATTENTION_TUNING pwg, pbm, pbn, ptx, pdch, pkch override the
+ * portable kernel's work-group size, tiles, threads across keys and staging
+ * chunks (for benchmarks): `name`'s value if positive, else `fallback`,
+ * rounded down to a power of two. */
+static int portable_knob(const char *name, int fallback)
+{
+    const int v = cv_attn_knob("CLVARLEN_ATTENTION_TUNING", name, 0);
+    return (int)cv_pow2_floor(v > 0 ? v : fallback);
+}
+
 /* Portable kernel: TX threads across a tile's keys (and output columns),
  * TY = wg / TX across its rows; all three sizes powers of two, key tiles of at
  * least 4 (float4 rows of P). The tiles shrink until local memory fits. */
 static clvarlen_status portable_cfg(clvarlen_context *ctx, const char *fn, const cv_attn_desc *d,
                                     attn_cfg *cfg)
 {
-    /* CLVARLEN_ATTENTION_TUNING pwg, pbm, pbn, ptx, pdch, pkch override the
-     * work-group size, the tiles, the threads across keys and the staging
-     * chunks (for benchmarks; rounded down to powers of two) */
-#define PKNOB(name, fallback)                                                                  \
-    (int)cv_pow2_floor(cv_attn_knob("CLVARLEN_ATTENTION_TUNING", name, 0) > 0                  \
-                           ? cv_attn_knob("CLVARLEN_ATTENTION_TUNING", name, 0)                \
-                           : (fallback))
-    int wg = PKNOB("pwg", ctx->tuning.attn_wg ? (int)ctx->tuning.attn_wg : 64);
-    int bm = PKNOB("pbm", ctx->tuning.attn_block_m ? (int)ctx->tuning.attn_block_m : 32);
-    int bn = PKNOB("pbn", ctx->tuning.attn_block_n ? (int)ctx->tuning.attn_block_n : 32);
+    int wg = portable_knob("pwg", ctx->tuning.attn_wg ? (int)ctx->tuning.attn_wg : 64);
+    int bm = portable_knob("pbm", ctx->tuning.attn_block_m ? (int)ctx->tuning.attn_block_m : 32);
+    int bn = portable_knob("pbn", ctx->tuning.attn_block_n ? (int)ctx->tuning.attn_block_n : 32);
     const int wg_max = (int)cv_pow2_floor(
         ctx->device.max_work_group_size ? (int64_t)ctx->device.max_work_group_size : 256);
     if (wg > wg_max)
         wg = wg_max;
-    int tx = PKNOB("ptx", 16);
+    int tx = portable_knob("ptx", 16);
     if (tx > 16) /* the range the tests and the device table use: 64 across keys with
                   * 1024 in a group corrupted the host heap on PoCL (not analysed) */
         tx = 16;
@@ -394,18 +397,18 @@ static clvarlen_status portable_cfg(clvarlen_context *ctx, const char *fn, const
     int ty = wg / tx;
     /* Q and K DCH dimensions at a time (a divisor of the head dim), V KCH keys
      * (both whole float4s: at least 4) */
-    const int dch_want = PKNOB("pdch", ctx->tuning.attn_dch ? (int)ctx->tuning.attn_dch : 16);
+    const int dch_want =
+        portable_knob("pdch", ctx->tuning.attn_dch ? (int)ctx->tuning.attn_dch : 16);
     const int dch = dch_want >= 4 && d->head_dim % dch_want == 0 ? dch_want : 16;
-    int kch_max = PKNOB("pkch", 16);
+    int kch_max = portable_knob("pkch", 16);
     if (kch_max < 4)
         kch_max = 4;
-#undef PKNOB
     int bn_min = tx < 4 ? 4 : tx;
     if (bn < bn_min)
         bn = bn_min;
     if (bm < ty)
         bm = ty;
-    /* Q and K are staged 16 dimensions at a time and V 16 keys at a time, so
+    /* Q and K are staged DCH dimensions at a time and V KCH keys at a time, so
      * local memory barely depends on the head dims (and every device runs the
      * configuration the tests run on PoCL). */
     bool cpu_dev = ctx->device.kind == CLVARLEN_DEVICE_OPENCL_CPU;
