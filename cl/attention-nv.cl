@@ -600,32 +600,46 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
          * range are -inf. A block that every row sees in full (the interior of
          * a causal band) skips the test. */
         const bool full = kb >= max_lo && kb + BLOCK_N - 1 <= min_hi;
+        /* Each step a loop under one uniform test: a test per element kept
+         * the elements' chains apart in NVIDIA's code (cl/attention-bwd-nv.cl
+         * mma_p_ds says what that cost the backward). */
+        if (!fold) {
+            UNROLL
+            for (int mt = 0; mt < WARP_MT; mt++)
+                UNROLL
+                for (int n = 0; n < NT_S; n++)
+                    s[mt][n] *= sl2;
+            if (softcap > 0.0f) {
+                UNROLL
+                for (int mt = 0; mt < WARP_MT; mt++)
+                    UNROLL
+                    for (int n = 0; n < NT_S; n++)
+                        s[mt][n] = softcap * tanh(s[mt][n] / softcap) * M_LOG2E_F;
+            }
+        }
+        if (!full) {
+            UNROLL
+            for (int mt = 0; mt < WARP_MT; mt++)
+                UNROLL
+                for (int n = 0; n < NT_S; n++) {
+                    const int key = kb + n * 8 + 2 * t4;
+                    const float4 v = s[mt][n];
+                    const int a0 = lo[2 * mt], b0 = hi[2 * mt];
+                    const int a1 = lo[2 * mt + 1], b1 = hi[2 * mt + 1];
+                    s[mt][n] = (float4)(key < a0 || key > b0 ? -INFINITY : v.x,
+                                        key + 1 < a0 || key + 1 > b0 ? -INFINITY : v.y,
+                                        key < a1 || key > b1 ? -INFINITY : v.z,
+                                        key + 1 < a1 || key + 1 > b1 ? -INFINITY : v.w);
+                }
+        }
         uint4 pa[WARP_MT][BLOCK_N / 16];
         UNROLL
         for (int mt = 0; mt < WARP_MT; mt++) {
             float mx0 = -INFINITY, mx1 = -INFINITY;
             UNROLL
             for (int n = 0; n < NT_S; n++) {
-                float x[4] = {s[mt][n].x, s[mt][n].y, s[mt][n].z, s[mt][n].w};
-                UNROLL
-                for (int e = 0; e < 4; e++) {
-                    float y = x[e];
-                    if (!fold) {
-                        y *= sl2;
-                        if (softcap > 0.0f)
-                            y = softcap * tanh(y / softcap) * M_LOG2E_F;
-                    }
-                    if (!full) {
-                        const int key = kb + n * 8 + 2 * t4 + (e & 1);
-                        const int ri = 2 * mt + (e >> 1);
-                        if (key < lo[ri] || key > hi[ri])
-                            y = -INFINITY;
-                    }
-                    x[e] = y;
-                }
-                s[mt][n] = (float4)(x[0], x[1], x[2], x[3]);
-                mx0 = fmax(mx0, fmax(x[0], x[1]));
-                mx1 = fmax(mx1, fmax(x[2], x[3]));
+                mx0 = fmax(mx0, fmax(s[mt][n].x, s[mt][n].y));
+                mx1 = fmax(mx1, fmax(s[mt][n].z, s[mt][n].w));
             }
             mx0 = fmax(mx0, shfl_xor(mx0, 1));
             mx0 = fmax(mx0, shfl_xor(mx0, 2));

@@ -422,7 +422,16 @@ void attn_fwd(__global const uchar *q, ulong q_off, long q_stride,
             }
         }
 
-        /* Masks, softcap and the row maxima (TX partial maxima per row). */
+        /* Softcap (a loop under one test: a test per element kept the
+         * elements apart in NVIDIA's code), masks and the row maxima (TX
+         * partial maxima per row). */
+        if (softcap > 0.0f) {
+            CV_UNROLL
+            for (int i = 0; i < TM; i++)
+                CV_UNROLL
+                for (int j = 0; j < TN; j++)
+                    s[i][j] = softcap * tanh(s[i][j] / softcap) * M_LOG2E_F;
+        }
         CV_UNROLL
         for (int i = 0; i < TM; i++) {
             float pm = -INFINITY;
@@ -430,8 +439,6 @@ void attn_fwd(__global const uchar *q, ulong q_off, long q_stride,
             for (int j = 0; j < TN; j++) {
                 int key = kb + tx + TX * j;
                 float x = s[i][j];
-                if (softcap > 0.0f)
-                    x = softcap * tanh(x / softcap) * M_LOG2E_F;
                 if (key < lo[i] || key > hi[i])
                     x = -INFINITY;
                 s[i][j] = x;
