@@ -109,19 +109,22 @@ inline int2 mma_row_range(__global const int *q_pos, int t, int i, int lq, int l
     return (int2)((int)min(a, (long)lk), (int)max(b, -1L));
 }
 
-/* P and dS (scale and softcap's derivative in) of one score s and its dp. */
+/* P and dS (scale and softcap's derivative in) of one score s and its dp.
+ * Whether there is a softcap is a build option (BWD_SOFTCAP, set by the host
+ * when softcap > 0): as a branch on the argument, NVIDIA's compiler kept one
+ * branch per element and the elements' exponentials ran one after another
+ * (on an H200 the dk/dv kernel at D 128 spent 1.9 of its 4.4 ms there). */
 inline float2 mma_p_ds(float s, float dp, float lse2, float dl, bool vis, float scale_log2,
                        float scale, float softcap)
 {
-    float p, deriv = 1.0f;
-    if (softcap > 0.0f) {
-        const float th = tanh(s * scale / softcap);
-        p = native_exp2(softcap * th * M_LOG2E_F - lse2);
-        deriv = 1.0f - th * th;
-    } else {
-        p = native_exp2(fma(s, scale_log2, -lse2));
-    }
+#ifdef BWD_SOFTCAP
+    const float th = tanh(s * scale / softcap);
+    const float p = native_exp2(softcap * th * M_LOG2E_F - lse2), deriv = 1.0f - th * th;
     return vis ? (float2)(p, p * (dp - dl) * deriv * scale) : (float2)(0.0f);
+#else
+    const float p = native_exp2(fma(s, scale_log2, -lse2));
+    return vis ? (float2)(p, p * (dp - dl) * scale) : (float2)(0.0f);
+#endif
 }
 
 /* P^T (or P) and dS^T (dS) of accumulator n8 tile n into the A fragments
@@ -509,14 +512,14 @@ void attn_bwd_dq_mma(BWD_MMA_ARGS, __global uchar *dq, ulong dq_off, long dq_str
  * with -DCV_SM90A=1, emulated elsewhere): the same two kernels and work
  * lists, one warpgroup each, every operand tile staged by cp.async in the
  * 128-byte swizzled layout (STAGE_SW_ROWS of cl/nv-wgmma.clh) and read by
- * the tensor cores by descriptor. Local memory holds the four tiles of a
- * step and nothing else: 48 KiB at head dim 128, all an NVIDIA work-group
- * gets, so the per-row values are read from global memory (cached) and the
- * loads are not double-buffered.
- *   dk/dv: K and V (64 keys) stay; per block of BM_KV = 32 query rows, Q and
- *     dO: S^T = K Q^T and dP^T = V dO^T with both operands in local memory
- *     (WG_SS, N 32), P^T and dS^T on the accumulators, then dV += P^T dO and
- *     dK += dS^T Q with those as register A operands (WG_RS, B N-major).
+ * the tensor cores by descriptor. Local memory (48 KiB is all an NVIDIA
+ * work-group gets) holds tiles only: the per-row values are read from
+ * global memory (cached).
+ *   dk/dv: K and V (64 keys) stay (V in registers with BWD_VREG); per block
+ *     of BM_KV = 32 query rows, Q and dO (BWD_QBUF buffers): S^T = K Q^T and
+ *     dP^T = V dO^T (WG_SS, N 32), P^T and dS^T on the accumulators, then
+ *     dV += P^T dO and dK += dS^T Q with those as register A operands
+ *     (WG_RS, B N-major).
  *   dq: Q and dO (64 rows) stay; per tile of BN_Q = 32 keys, K and V:
  *     S = Q K^T, dP = dO V^T (WG_SS), dS, dQ += dS K (WG_RS).
  * Each output element is still summed by one work-item in a fixed order. */
@@ -556,29 +559,94 @@ void attn_bwd_dq_mma(BWD_MMA_ARGS, __global uchar *dq, ulong dq_off, long dq_str
 /* BWD_PAIR, a mask (1 the dk/dv kernel, 2 the dq kernel): the kernel's
  * independent products issued in pairs (WG_SS2, WG_RS2: one wait for two)
  * after waiting for all of a step's tiles; otherwise one at a time, each
- * step's loads overlapping the products that do not read them. Default 1,
- * measured on an H100 in one command (bf16, D 128, 16 x 16384): dk/dv 4.30
- * ms paired against 4.48, dq 2.62 paired against 2.31. */
+ * step's loads overlapping the products that do not read them. Default 1
+ * (the host passes 0 at D 96), measured on an H100 in one command (bf16,
+ * D 128, 16 x 16384): dk/dv 4.30 ms paired against 4.48, dq 2.62 paired
+ * against 2.31. */
 #ifndef BWD_PAIR
 #define BWD_PAIR 1
+#endif
+/* BWD_VREG 1: the dk/dv kernel keeps V's A fragments in registers (KSTEPS
+ * uint4, loaded once) and runs dP^T = V dO^T from them, one statement per
+ * 64 dimensions, which frees V's tile of local memory for a second buffer
+ * of Q and dO. BWD_QBUF: the dk/dv kernel's buffers of Q and dO blocks, the
+ * next BWD_QBUF - 1 blocks loading while one is used: as many as fit 48 KiB
+ * beside K (and V), at most BWD_QBUF_MAX (1 to 3, default 1: the host says
+ * what each measured). */
+#ifndef BWD_VREG
+#define BWD_VREG 0
+#endif
+#ifndef BWD_QBUF_MAX
+#define BWD_QBUF_MAX 1
+#endif
+#define BWD_KV_BYTES ((2 - BWD_VREG) * BN_KV * SW_ROW_ELEMS * 2)
+#define BWD_QD_BYTES (2 * BM_KV * SW_ROW_ELEMS * 2)
+#if BWD_QBUF_MAX >= 3 && BWD_KV_BYTES + 3 * BWD_QD_BYTES <= 49152
+#define BWD_QBUF 3
+#elif BWD_QBUF_MAX >= 2 && BWD_KV_BYTES + 2 * BWD_QD_BYTES <= 49152
+#define BWD_QBUF 2
+#else
+#define BWD_QBUF 1
+#endif
+#if BWD_QBUF == 1
+#define BWD_WAIT_BLOCK() cp_async_wait_all()
+#elif BWD_QBUF == 2
+#define BWD_WAIT_BLOCK() cp_async_wait1()
+#else
+#define BWD_WAIT_BLOCK() cp_async_wait2()
+#endif
+/* dP^T += V dO^T from V's fragments vf: N 32, dO's tile the K-major B. */
+#if HEAD_DIM == 96
+#define WG_DPT_V(acc, vf, Ds, z)                                                               \
+    do {                                                                                       \
+        WG_RS(32, 4, 0, 1, acc, vf, Ds, 16, 1024, 32, 0, z);                                   \
+        WG_RS(32, 2, 0, 1, acc, (vf) + 4, (Ds) + BM_KV * 64, 16, 1024, 32, 0, z);              \
+    } while (0)
+#else
+#define WG_DPT_V(acc, vf, Ds, z)                                                               \
+    do {                                                                                       \
+        UNROLL                                                                                 \
+        for (int c_ = 0; c_ < HEAD_DIM / 64; c_++)                                             \
+            WG_RS(32, 4, 0, 1, acc, (vf) + 4 * c_, (Ds) + c_ * BM_KV * 64, 16, 1024, 32, 0, z);   \
+    } while (0)
 #endif
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1)))
 void attn_bwd_dkdv_mma(BWD_MMA_ARGS, __global uchar *dk, ulong dk_off, long dk_stride,
                        __global uchar *dv, ulong dv_off, long dv_stride)
 {
-    /* K, V (BN_KV rows), Q, dO (BM_KV rows); each tile a multiple of 1024 bytes. */
-    __local ushort smem[(2 * BN_KV + 2 * BM_KV) * SW_ROW_ELEMS] __attribute__((aligned(1024)));
+    /* K (BN_KV rows), V unless in registers, then BWD_QBUF times Q and dO
+     * (BM_KV rows each); each tile a multiple of 1024 bytes. */
+    __local ushort smem[(BWD_KV_BYTES + BWD_QBUF * BWD_QD_BYTES) / 2]
+        __attribute__((aligned(1024)));
     EMU_DECL
 #ifndef CV_NV_PTX
     __local uint *emu = emu_scratch;
 #endif
     BWD_DKDV_PROLOGUE;
-    __local ushort *Ks = smem, *Vs = Ks + BN_KV * SW_ROW_ELEMS;
-    __local ushort *Qs = Vs + BN_KV * SW_ROW_ELEMS, *Ds = Qs + BM_KV * SW_ROW_ELEMS;
+    __local ushort *Ks = smem, *Qb = smem + BWD_KV_BYTES / 2;
+#define QBUF(b) (Qb + (b) * 2 * BM_KV * SW_ROW_ELEMS)
 
     STAGE_SW_ROWS(Ks, BN_KV, kb_, ((long)k0 + kb + rr_) * k_stride + (long)kvh * HEAD_DIM, nvalid);
+#if BWD_VREG
+    /* V's A fragments: rows (keys) warp * 16 + g and + 8, k16 step s. */
+    uint4 vf[KSTEPS];
+    UNROLL
+    for (int s = 0; s < KSTEPS; s++) {
+        uint w[4];
+        UNROLL
+        for (int i = 0; i < 4; i++) {
+            const int r = warp * 16 + g + 8 * (i & 1);
+            const long e = ((long)k0 + kb + min(r, nvalid - 1)) * v_stride +
+                           (long)kvh * HEAD_DIM + s * 16 + 2 * t4 + 8 * (i >> 1);
+            w[i] = r < nvalid ? *(__global const uint *)(vb + e * 2) : 0u;
+        }
+        vf[s] = (uint4)(w[0], w[1], w[2], w[3]);
+    }
+#else
+    __local ushort *Vs = Ks + BN_KV * SW_ROW_ELEMS;
     STAGE_SW_ROWS(Vs, BN_KV, vb, ((long)k0 + kb + rr_) * v_stride + (long)kvh * HEAD_DIM, nvalid);
+#endif
     cp_async_commit();
 
     BWD_ROW_SPAN;
@@ -593,21 +661,31 @@ void attn_bwd_dkdv_mma(BWD_MMA_ARGS, __global uchar *dk, ulong dk_off, long dk_s
     /* Block it's query head and first row. */
 #define BLK_HEAD(it) (kvh * group + (it) / n_rb)
 #define BLK_ROW(it) (r_begin + ((it) % n_rb) * BM_KV)
-#define STAGE_BLK(dst, it, base, stride)                                                       \
-    STAGE_SW_ROWS(dst, BM_KV, base,                                                            \
-                  ((long)q0 + BLK_ROW(it) + rr_) * (stride) + (long)BLK_HEAD(it) * HEAD_DIM,   \
-                  min(BM_KV, lq - BLK_ROW(it)))
-    /* Commit groups: K and V, then per block Q and dO, each block's loads
-     * overlapping the last block's dV (Q) and the block's S^T (dO). */
-    if (n_it > 0) {
-        STAGE_BLK(Qs, 0, qb, q_stride);
-        cp_async_commit();
-        STAGE_BLK(Ds, 0, db, do_stride);
+#define STAGE_BLK(it)                                                                          \
+    do {                                                                                       \
+        __local ushort *q_ = QBUF((it) % BWD_QBUF);                                            \
+        STAGE_SW_ROWS(q_, BM_KV, qb,                                                           \
+                      ((long)q0 + BLK_ROW(it) + rr_) * q_stride + (long)BLK_HEAD(it) * HEAD_DIM, \
+                      min(BM_KV, lq - BLK_ROW(it)));                                           \
+        STAGE_SW_ROWS(q_ + BM_KV * SW_ROW_ELEMS, BM_KV, db,                                    \
+                      ((long)q0 + BLK_ROW(it) + rr_) * do_stride +                             \
+                          (long)BLK_HEAD(it) * HEAD_DIM,                                       \
+                      min(BM_KV, lq - BLK_ROW(it)));                                           \
+    } while (0)
+    /* Commit groups: K (and V), then one per block (its Q and dO), issued
+     * BWD_QBUF - 1 blocks ahead into the buffer the block before read. */
+    for (int p = 0; p < BWD_QBUF - 1; p++) {
+        if (p < n_it)
+            STAGE_BLK(p);
         cp_async_commit();
     }
     for (int it = 0; it < n_it; it++) {
         const int hb = BLK_HEAD(it), r0 = BLK_ROW(it);
         const int rows_ = min(BM_KV, lq - r0);
+        __local ushort *Qs = QBUF(it % BWD_QBUF), *Ds = Qs + BM_KV * SW_ROW_ELEMS;
+        if (it + BWD_QBUF - 1 < n_it)
+            STAGE_BLK(it + BWD_QBUF - 1);
+        cp_async_commit();
         /* Query column `lane` of the block: lse (base 2), delta and visible
          * keys, fetched by the lanes whose accumulators hold the column. */
         float c_lse2 = 0.0f, c_dl = 0.0f;
@@ -627,19 +705,16 @@ void attn_bwd_dkdv_mma(BWD_MMA_ARGS, __global uchar *dk, ulong dk_off, long dk_s
         UNROLL
         for (int n = 0; n < BM_KV / 8; n++)
             st[n] = dpt[n] = (float4)(0.0f);
-#if BWD_PAIR & 1
-        cp_async_wait_all();
+        BWD_WAIT_BLOCK(); /* K (and V) and this block */
         fence_proxy_async(); /* the tensor cores read what cp.async wrote */
         barrier(CLK_LOCAL_MEM_FENCE);
+#if BWD_VREG
+        WG_SS32(st, Ks, BN_KV * 128, Qs, BM_KV * 128);
+        WG_DPT_V(dpt, vf, Ds, zero);
+#elif BWD_PAIR & 1
         WG_SS32_2(st, Ks, Qs, dpt, Vs, Ds, BN_KV * 128, BM_KV * 128);
 #else
-        cp_async_wait1(); /* all but this block's dO */
-        fence_proxy_async();
-        barrier(CLK_LOCAL_MEM_FENCE);
         WG_SS32(st, Ks, BN_KV * 128, Qs, BM_KV * 128);
-        cp_async_wait_all();
-        fence_proxy_async();
-        barrier(CLK_LOCAL_MEM_FENCE);
         WG_SS32(dpt, Vs, BN_KV * 128, Ds, BM_KV * 128);
 #endif
 
@@ -669,31 +744,19 @@ void attn_bwd_dkdv_mma(BWD_MMA_ARGS, __global uchar *dk, ulong dk_off, long dk_s
         }
 
         /* dK += dS^T Q, then dV += P^T dO: B the staged rows as the N-major
-         * operand; each tile, once read, takes the next block's rows. */
+         * operand; the buffer, once read by everyone, takes a later block. */
 #if BWD_PAIR & 1
         WG_RS_D2(dka, da, Qs, dva, pa, Ds, BM_KV * 128, zero);
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (it + 1 < n_it) {
-            STAGE_BLK(Qs, it + 1, qb, q_stride);
-            STAGE_BLK(Ds, it + 1, db, do_stride);
-        }
-        cp_async_commit();
 #else
         WG_RS_D(dka, da, Qs, BM_KV * 128, zero);
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (it + 1 < n_it)
-            STAGE_BLK(Qs, it + 1, qb, q_stride);
-        cp_async_commit();
         WG_RS_D(dva, pa, Ds, BM_KV * 128, zero);
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (it + 1 < n_it)
-            STAGE_BLK(Ds, it + 1, db, do_stride);
-        cp_async_commit();
 #endif
+        barrier(CLK_LOCAL_MEM_FENCE);
     }
 #undef BLK_HEAD
 #undef BLK_ROW
 #undef STAGE_BLK
+#undef QBUF
     cp_async_wait_all(); /* K and V, when no block ran */
 
     __global uchar *dkb = dk + dk_off, *dvb = dv + dv_off;

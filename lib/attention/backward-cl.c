@@ -30,7 +30,8 @@
  * form) and pass (a mask of the passes that run: 1 delta, 2 dk/dv,
  * 4 dq; anything but 7 gives wrong gradients, for timing one pass); for the
  * wgmma form (cl/attention-bwd-nv.cl -DCV_WGMMA, the default on Hopper)
- * wgmma (0: mma.sync; 1: wgmma), pair (BWD_PAIR there) and maxreg (N:
+ * wgmma (0: mma.sync; 1: wgmma), pair (BWD_PAIR there), vreg (BWD_VREG),
+ * qbuf (BWD_QBUF_MAX, clamped to 1 .. 3) and maxreg (N:
  * -cl-nv-maxrregcount=N for its program). */
 static int knob(const char *name, int fallback)
 {
@@ -73,10 +74,21 @@ static void bwd_config(const clvarlen_context *ctx, const cv_bwd_desc *bd, const
         const bool nv = ctx->device.vendor == CLVARLEN_VENDOR_NVIDIA;
         const bool stage2 = !cfg->wgmma && knob("stage2", 0);
         /* the wgmma form; pair: BWD_PAIR of cl/attention-bwd-nv.cl */
-        char pair[72] = "";
-        const int maxreg = knob("maxreg", 0);
+        /* pair: dk/dv's products paired except at D 96, where one at a
+         * time measured 13% faster on an H100 (dk/dv and dq passes, 16 x
+         * 16384: 4.38 against 5.05-5.11 ms; D 128 paired 4.69-4.72 against
+         * 4.85, D 64 the same). vreg and qbuf defaults, measured on an H200 (bf16, 16 x 16384,
+         * the dk/dv pass alone, ms): one buffer of Q and dO (D 64: three
+         * 2.21 against 1.96), V in local memory (in registers: D 64 1.96, the
+         * same; D 128 3.14 against 3.00 and with two buffers 3.46; D 96 3.52
+         * against 3.38). */
+        char pair[112] = "";
+        const int maxreg = knob("maxreg", 0), nq = knob("qbuf", 1);
         if (cfg->wgmma)
-            snprintf(pair, sizeof pair, " -DCV_WGMMA=1 -DBWD_PAIR=%d%s", knob("pair", 1) & 3,
+            snprintf(pair, sizeof pair,
+                     " -DCV_WGMMA=1 -DBWD_PAIR=%d -DBWD_VREG=%d -DBWD_QBUF_MAX=%d%s",
+                     knob("pair", d->head_dim == 96 ? 0 : 1) & 3, knob("vreg", 0) ? 1 : 0,
+                     nq < 1 ? 1 : nq > 3 ? 3 : nq,
                      nv && maxreg > 0 ? " -cl-nv-maxrregcount=" : "");
         if (cfg->wgmma && nv && maxreg > 0)
             snprintf(pair + strlen(pair), sizeof pair - strlen(pair), "%d", maxreg);
@@ -84,11 +96,12 @@ static void bwd_config(const clvarlen_context *ctx, const cv_bwd_desc *bd, const
         cfg->query_tile = 16 * MMA_WARPS;
         cfg->wg = 32 * MMA_WARPS;
         snprintf(cfg->opts, sizeof cfg->opts,
-                 "-DCV_DTYPE=%d -DHEAD_DIM=%d -DNWARPS=%d -DBM_KV=%d -DNSTAGE=%d -DBN_Q=%d%s%s%s",
+                 "-DCV_DTYPE=%d -DHEAD_DIM=%d -DNWARPS=%d -DBM_KV=%d -DNSTAGE=%d -DBN_Q=%d%s%s%s%s",
                  cv_dtype_kernel_code(d->dtype), (int)d->head_dim, MMA_WARPS,
                  stage2 ? 16 : MMA_BM_KV, stage2 ? 2 : 1,
                  !cfg->wgmma && knob("bnq", MMA_BN_Q) == 16 ? 16 : MMA_BN_Q,
-                 bd->grad_dtype == CLVARLEN_DTYPE_F32 ? " -DGRAD_F32=1" : "", pair,
+                 bd->grad_dtype == CLVARLEN_DTYPE_F32 ? " -DGRAD_F32=1" : "",
+                 d->softcap > 0.0f ? " -DBWD_SOFTCAP=1" : "", pair,
                  nv ? (cfg->wgmma ? " -DCV_NV_PTX=1 " CV_SM90A_OPTION : " -DCV_NV_PTX=1") : "");
         return;
     }
