@@ -700,8 +700,8 @@ END_TEST
 
 /* The tensor-core kernels' wgmma form (native on an NVIDIA Hopper device,
  * emulated here through cl/nv-wgmma.clh, which reads the swizzled tiles by the
- * descriptors' rules): head dims 64 and 128, the options the mma.sync form is
- * tested with. The forward's check (attn_wgmma_check) must pass first. */
+ * descriptors' rules): head dims 64, 96 and 128, the options the mma.sync form
+ * is tested with, and the dk/dv kernel's staging variants. The forward's check (attn_wgmma_check) must pass first. */
 START_TEST(test_bwd_wgmma_emulated)
 {
     setenv("CLVARLEN_ATTENTION_KERNEL", "wgmma", 1);
@@ -744,7 +744,8 @@ START_TEST(test_bwd_wgmma_emulated)
     c.a.causal = 1;
     run_bwd_seeds(ctx, c, 1, "wgmma bf16 d 96 gqa causal");
     clvarlen_context_destroy(ctx);
-    /* the other staging orders: dk/dv's products one at a time, dq's paired */
+    /* the other staging orders: dq's products paired, and dk/dv's paired at
+     * D 96 (one at a time by default there), one at a time at D 64 */
     setenv("CLVARLEN_ATTN_BWD_TUNING", "pair=2", 1);
     ctx = tu_cl_context();
     c = bwd_base();
@@ -761,8 +762,35 @@ START_TEST(test_bwd_wgmma_emulated)
     c.a.causal = 0;
     c.a.max_n = 2;
     c.a.max_total = 200;
-    run_bwd_seeds(ctx, c, 1, "wgmma pair=2 d 96");
     clvarlen_context_destroy(ctx);
+    setenv("CLVARLEN_ATTN_BWD_TUNING", "pair=3", 1);
+    ctx = tu_cl_context();
+    run_bwd_seeds(ctx, c, 1, "wgmma pair=3 d 96");
+    clvarlen_context_destroy(ctx);
+    /* dk/dv's Q and dO in two buffers (V's fragments in registers: D 96, 128)
+     * or three (V in local memory: D 64) */
+    const char *bufs[] = {"vreg=1,qbuf=3", "vreg=0,qbuf=3"};
+    for (int i = 0; i < 2; i++) {
+        setenv("CLVARLEN_ATTN_BWD_TUNING", bufs[i], 1);
+        ctx = tu_cl_context();
+        c = bwd_base();
+        c.a.dtype = CLVARLEN_DTYPE_BF16;
+        c.a.d = c.a.dv = i ? 64 : 128;
+        c.a.hq = 4;
+        c.a.hk = 2;
+        c.a.max_n = 3;
+        c.a.max_len = 140;
+        c.a.max_total = 280;
+        c.a.causal = 1;
+        run_bwd_seeds(ctx, c, 1, bufs[i]);
+        if (i == 0) {
+            c.a.d = c.a.dv = 96;
+            c.a.causal = 0;
+            c.a.lq_ne_lk = 1;
+            run_bwd_seeds(ctx, c, 1, "vreg=1,qbuf=3 d 96");
+        }
+        clvarlen_context_destroy(ctx);
+    }
     unsetenv("CLVARLEN_ATTN_BWD_TUNING");
     unsetenv("CLVARLEN_ATTENTION_KERNEL");
 }

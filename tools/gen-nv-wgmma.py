@@ -15,9 +15,10 @@ import sys
 # attention-nv.cl -DCV_WGMMA: S = Q K^T is (64, D / 16, 0), O += P V is (D, BLOCK_N / 16, 1)
 # (D 64, 96, 128; D 256: 32-key tiles, S in four (32, 4, 0), O += P V (256, 2, 1));
 # attention-bwd-nv.cl -DCV_WGMMA: dV += P^T dO, dK += dS^T Q and dQ += dS K are (D, 2, 1)
-# (D 64, 96, 128).
+# (D 64, 96, 128), and with V's fragments in registers dP^T = V dO^T is (32, 4, 0)
+# per 64 dimensions, (32, 2, 0) for the last 32 at D 96.
 SHAPES = [(64, 4, 0), (64, 8, 0), (64, 4, 1), (128, 4, 1), (64, 2, 1), (128, 2, 1),
-          (64, 6, 0), (96, 4, 1), (32, 4, 0), (256, 2, 1), (96, 2, 1)]
+          (64, 6, 0), (96, 4, 1), (32, 4, 0), (256, 2, 1), (96, 2, 1), (32, 2, 0)]
 # WG_SS: A from local memory too (K-major, 128-byte swizzle), for S = Q K^T with
 # -DCV_WG_QS: (N, k16 steps, B transposed); the backward's S^T = K Q^T,
 # dP^T = V dO^T (32-row query blocks), S = Q K^T and dP = dO V^T (32-key tiles).
