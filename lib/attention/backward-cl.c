@@ -73,15 +73,15 @@ static void bwd_config(const clvarlen_context *ctx, const cv_bwd_desc *bd, const
     if (cfg->mma) {
         const bool nv = ctx->device.vendor == CLVARLEN_VENDOR_NVIDIA;
         const bool stage2 = !cfg->wgmma && knob("stage2", 0);
-        /* the wgmma form; pair: BWD_PAIR of cl/attention-bwd-nv.cl */
-        /* pair: dk/dv's products paired except at D 96, where one at a
-         * time measured 13% faster on an H100 (dk/dv and dq passes, 16 x
-         * 16384: 4.38 against 5.05-5.11 ms; D 128 paired 4.69-4.72 against
-         * 4.85, D 64 the same). vreg and qbuf defaults, measured on an H200 (bf16, 16 x 16384,
-         * the dk/dv pass alone, ms): one buffer of Q and dO (D 64: three
-         * 2.21 against 1.96), V in local memory (in registers: D 64 1.96, the
-         * same; D 128 3.14 against 3.00 and with two buffers 3.46; D 96 3.52
-         * against 3.38). */
+        /* The wgmma form's options (BWD_PAIR, BWD_VREG, BWD_QBUF_MAX of
+         * cl/attention-bwd-nv.cl) and their defaults, bf16, 16 x 16384:
+         * pair: dk/dv's products paired except at D 96, where one at a time
+         * measured 13% faster on an H100 (dk/dv and dq passes: 4.38 against
+         * 5.05-5.11 ms; D 128 paired 4.69-4.72 against 4.85, D 64 the same);
+         * qbuf: one buffer of Q and dO (H200, dk/dv alone, D 64: three 2.21
+         * ms against 1.96); vreg: V in local memory (in registers: D 64 1.96,
+         * the same; D 128 3.14 against 3.00, with two buffers 3.46; D 96
+         * 3.52 against 3.38). */
         char pair[112] = "";
         const int maxreg = knob("maxreg", 0), nq = knob("qbuf", 1);
         if (cfg->wgmma)
