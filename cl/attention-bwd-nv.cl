@@ -557,12 +557,10 @@ void attn_bwd_dq_mma(BWD_MMA_ARGS, __global uchar *dq, ulong dq_off, long dq_str
     WG_RS2(64, 2, 1, 1, acc0, a0, b0, acc1, a1, b1, lbo, 1024, 2048, 8192, z)
 #endif
 /* BWD_PAIR, a mask (1 the dk/dv kernel, 2 the dq kernel): the kernel's
- * independent products issued in pairs (WG_SS2, WG_RS2: one wait for two)
- * after waiting for all of a step's tiles; otherwise one at a time, each
- * step's loads overlapping the products that do not read them. Default 1
- * (the host passes 0 at D 96), measured on an H100 in one command (bf16,
- * D 128, 16 x 16384): dk/dv 4.30 ms paired against 4.48, dq 2.62 paired
- * against 2.31. */
+ * independent products issued in pairs (WG_SS2, WG_RS2: one wait for two);
+ * otherwise one at a time (dq: each tile's loads overlapping the products
+ * that do not read them; dk/dv: after the same wait for the block's Q and
+ * dO). Default 1; the host passes 0 at D 96 and says what each measured. */
 #ifndef BWD_PAIR
 #define BWD_PAIR 1
 #endif

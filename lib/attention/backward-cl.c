@@ -77,7 +77,8 @@ static void bwd_config(const clvarlen_context *ctx, const cv_bwd_desc *bd, const
          * cl/attention-bwd-nv.cl) and their defaults, bf16, 16 x 16384:
          * pair: dk/dv's products paired except at D 96, where one at a time
          * measured 13% faster on an H100 (dk/dv and dq passes: 4.38 against
-         * 5.05-5.11 ms; D 128 paired 4.69-4.72 against 4.85, D 64 the same);
+         * 5.05-5.11 ms; D 128 paired 4.69-4.72 against 4.85, D 64 the same),
+         * dq's one at a time (H100, D 128: 2.31 ms against 2.62 paired);
          * qbuf: one buffer of Q and dO (H200, dk/dv alone, D 64: three 2.21
          * ms against 1.96); vreg: V in local memory (in registers: D 64 1.96,
          * the same; D 128 3.14 against 3.00, with two buffers 3.46; D 96
