@@ -9,20 +9,32 @@
 
 #ifdef CV_ATTN_AUX
 
+/* Sequence s's tiles (none when its clamped bounds are empty). */
+inline int wl_tiles(__global const int *cu, int s, int total_q, int row_mult, int block_m)
+{
+    const int a = clamp(cu[s], 0, total_q), b = clamp(cu[s + 1], 0, total_q);
+    return b > a ? ((b - a) * row_mult + block_m - 1) / block_m : 0;
+}
+
 /* The work list: wl[0] = number of items, then items (sequence, first row of
  * the query tile) from wl[2]; a sequence of L queries has L * row_mult rows
  * (row_mult > 1: the query heads of a KV head packed into the tile's rows);
  * after the items, scratch for the per-sequence tile offsets. One
- * work-group of any power-of-two size. Within a sequence the last tile
- * comes first: under causal masking it is the heaviest, and
- * starting heavy work-groups early shortens the tail. */
+ * work-group of any power-of-two size. `order` (CV_WL_*): with
+ * CV_WL_LONGEST_FIRST the sequences go by length, longest first (ties by
+ * index; only up to CV_ATTN_WORKLIST_SORT_MAX sequences, in index order
+ * past that): heavy work-groups start early and the tail is short. Within
+ * a sequence the last tile comes first (under causal masking the heaviest
+ * query tile), or with CV_WL_FIRST_TILE_FIRST the first (the heaviest key
+ * tile of the backward's dk/dv). The order changes no result. */
 __kernel void attn_worklist(__global const int *cu_base, ulong cu_off, int n_seqs, int total_q,
-                            int row_mult, int block_m, int capacity, __global int *wl,
-                            __global const int *flag)
+                            int row_mult, int block_m, int capacity, int order,
+                            __global int *wl, __global const int *flag)
 {
     __global const int *cu = CV_CPTR(int, cu_base, cu_off);
     __global int *tile_cu = wl + 2 + 2 * (long)capacity;
     __local int part[CV_ATTN_WORKLIST_MAX_WG];
+    __local int len_l[CV_ATTN_WORKLIST_SORT_MAX], perm_l[CV_ATTN_WORKLIST_SORT_MAX];
     const int lid = get_local_id(0), nt = get_local_size(0);
 
     if (flag && *flag) { /* invalid cu_seqlens: launch nothing */
@@ -30,16 +42,31 @@ __kernel void attn_worklist(__global const int *cu_base, ulong cu_off, int n_seq
             wl[0] = 0;
         return;
     }
-    /* Each thread counts the tiles of a contiguous range of sequences. Bounds
-     * are clamped so that invalid (unchecked) cu_seqlens cannot make a tile
-     * address rows outside [0, total_q). */
+    /* Bounds are clamped so that invalid (unchecked) cu_seqlens cannot make a
+     * tile address rows outside [0, total_q). Position p of the order holds
+     * sequence SEQ_AT(p): its rank by length (the number of sequences before
+     * it), computed by every work-item for its own sequences. */
+    const bool sorted = (order & CV_WL_LONGEST_FIRST) && n_seqs <= CV_ATTN_WORKLIST_SORT_MAX;
+    if (sorted) {
+        for (int s = lid; s < n_seqs; s += nt)
+            len_l[s] = max(clamp(cu[s + 1], 0, total_q) - clamp(cu[s], 0, total_q), 0);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int s = lid; s < n_seqs; s += nt) {
+            const int x = len_l[s];
+            int rank = 0;
+            for (int r = 0; r < n_seqs; r++)
+                rank += len_l[r] > x || (len_l[r] == x && r < s);
+            perm_l[rank] = s;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+#define SEQ_AT(p) (sorted ? perm_l[p] : (p))
+    /* Each work-item counts the tiles of a contiguous range of positions. */
     const int per = (n_seqs + nt - 1) / nt;
     const int s0 = min(n_seqs, lid * per), s1 = min(n_seqs, s0 + per);
     int sum = 0;
-    for (int s = s0; s < s1; s++) {
-        int a = clamp(cu[s], 0, total_q), b = clamp(cu[s + 1], 0, total_q);
-        sum += b > a ? ((b - a) * row_mult + block_m - 1) / block_m : 0;
-    }
+    for (int s = s0; s < s1; s++)
+        sum += wl_tiles(cu, SEQ_AT(s), total_q, row_mult, block_m);
     part[lid] = sum;
     barrier(CLK_LOCAL_MEM_FENCE);
     if (lid == 0) { /* nt <= CV_ATTN_WORKLIST_MAX_WG partial sums: a serial scan is cheap */
@@ -54,8 +81,7 @@ __kernel void attn_worklist(__global const int *cu_base, ulong cu_off, int n_seq
     int acc = part[lid];
     for (int s = s0; s < s1; s++) {
         tile_cu[s] = acc;
-        int a = clamp(cu[s], 0, total_q), b = clamp(cu[s + 1], 0, total_q);
-        acc += b > a ? ((b - a) * row_mult + block_m - 1) / block_m : 0;
+        acc += wl_tiles(cu, SEQ_AT(s), total_q, row_mult, block_m);
     }
     if (lid == nt - 1) /* the exclusive prefix of the last thread plus its own count */
         tile_cu[n_seqs] = acc;
@@ -64,7 +90,7 @@ __kernel void attn_worklist(__global const int *cu_base, ulong cu_off, int n_seq
     if (lid == 0)
         wl[0] = total;
     for (int g = lid; g < total; g += nt) {
-        /* The sequence of tile g: the last s with tile_cu[s] <= g. */
+        /* The position of tile g: the last p with tile_cu[p] <= g. */
         int lo = 0, hi = n_seqs;
         while (hi - lo > 1) {
             int mid = lo + ((hi - lo) >> 1);
@@ -73,10 +99,11 @@ __kernel void attn_worklist(__global const int *cu_base, ulong cu_off, int n_seq
             else
                 hi = mid;
         }
-        int tiles = tile_cu[lo + 1] - tile_cu[lo];
-        wl[2 + 2 * g] = lo;
-        wl[3 + 2 * g] = (tiles - 1 - (g - tile_cu[lo])) * block_m;
+        const int tiles = tile_cu[lo + 1] - tile_cu[lo], j = g - tile_cu[lo];
+        wl[2 + 2 * g] = SEQ_AT(lo);
+        wl[3 + 2 * g] = ((order & CV_WL_FIRST_TILE_FIRST) ? j : tiles - 1 - j) * block_m;
     }
+#undef SEQ_AT
 }
 
 /* +inf and NaN read as -inf: a partial that saw no key (SPEC 1). */

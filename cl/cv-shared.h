@@ -81,6 +81,9 @@
 
 /* Attention: the auxiliary kernels of cl/attention.cl (-DCV_ATTN_AUX). */
 #define CV_ATTN_WORKLIST_MAX_WG 256 /* attn_worklist keeps one partial sum per work-item */
+#define CV_ATTN_WORKLIST_SORT_MAX 256 /* attn_worklist orders up to this many sequences */
+#define CV_WL_LONGEST_FIRST 1         /* attn_worklist's order: sequences longest first */
+#define CV_WL_FIRST_TILE_FIRST 2      /* ... and a sequence's first tile first */
 #define CV_ATTN_MERGE_WG 64         /* attn_merge's required work-group size */
 #define CV_ATTN_MERGE_LANES 16      /* attn_merge: work-items per (token, head) row */
 #define CV_ATTN_MERGE_WMAX 64       /* attn_merge: parts whose weights stay in local memory */

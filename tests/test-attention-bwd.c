@@ -414,6 +414,9 @@ START_TEST(test_bwd_lengths)
     c.a.max_total = 60;
     c.a.causal = 1;
     run_bwd_seeds(ctx, c, 1, "many short");
+    c.a.max_n = 600; /* more than the work lists order by length (CV_ATTN_WORKLIST_SORT_MAX) */
+    c.a.max_total = 900;
+    run_bwd_seeds(ctx, c, 1, "many short, index order");
     c = bwd_base();
     c.a.max_n = 3;
     c.a.min_len = 65;

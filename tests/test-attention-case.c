@@ -26,7 +26,10 @@ acase base_case(void)
 
 void make_batch(const acase *c, tu_rng *r, batch *b)
 {
-    int32_t lq[64], lk[64];
+    const size_t cap = c->max_n > 0 ? (size_t)c->max_n : 1;
+    int32_t *lq = malloc(cap * sizeof *lq), *lk = malloc(cap * sizeof *lk);
+    ck_assert_ptr_nonnull(lq);
+    ck_assert_ptr_nonnull(lk);
     b->n = tu_random_lengths(r, c->max_n, c->max_len, c->max_total, lk);
     for (int64_t s = 0; s < b->n; s++)
         lk[s] = lk[s] < c->min_len ? c->min_len : lk[s];
@@ -41,6 +44,7 @@ void make_batch(const acase *c, tu_rng *r, batch *b)
     b->cu_k = malloc(sizeof(int32_t) * (size_t)(b->n + 1));
     tu_cu_from_lengths(lq, b->n, b->cu_q);
     tu_cu_from_lengths(lk, b->n, b->cu_k);
+    free(lq);
     b->tq = b->cu_q[b->n];
     b->tk = b->cu_k[b->n];
     size_t es = clvarlen_dtype_size(c->dtype);
@@ -61,6 +65,7 @@ void make_batch(const acase *c, tu_rng *r, batch *b)
             for (int32_t t = b->cu_q[s]; t < b->cu_q[s + 1]; t++)
                 b->q_pos[t] = (int32_t)tu_int(r, -2, lk[s] + 2);
     }
+    free(lk);
 }
 
 void free_batch(batch *b)

@@ -287,12 +287,12 @@ END_TEST
  * 96, 128 and 256 (32-key tiles), sequences of several key tiles,
  * GQA with the query heads of a KV head packed into the tile rows and
  * (wgpack=0) without, MHA, causal, window, softcap, lq != lk, q_pos, strided
- * q, the cl_mem entry point. */
+ * q, the cl_mem entry point; and (lpt=1) the work list longest sequences first. */
 START_TEST(test_wgmma_kernel)
 {
-    static const char *const variants[] = {NULL, "wgpack=0", "wgqs=0", "wgswz=0"};
+    static const char *const variants[] = {NULL, "wgpack=0", "wgqs=0", "wgswz=0", "lpt=1"};
     setenv("CLVARLEN_ATTENTION_KERNEL", "wgmma", 1);
-    for (int vi = 0; vi < 4; vi++) {
+    for (int vi = 0; vi < 5; vi++) {
         if (variants[vi])
             setenv("CLVARLEN_ATTENTION_TUNING", variants[vi], 1);
         clvarlen_context *ctx = tu_cl_context();
