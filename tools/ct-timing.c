@@ -55,7 +55,8 @@ int ct_bench_iters(const ct_options *opt)
  * back to back, timed from a marker enqueued just before the first to the end
  * of the last call's event, divided by the burst: multi-kernel ops count
  * fully, and the launch gap a serving loop hides behind the previous call is
- * not charged to every call. !whole: the returned event alone (START to END). */
+ * not charged to every call. !whole: the returned event alone (START to END).
+ * whole 2: as 1, but the host's time to enqueue the burst, per call. */
 static double time_one(clvarlen_context *dev, void *queue, ct_run_fn fn, void *arg, int whole,
                        int burst)
 {
@@ -86,8 +87,12 @@ static double time_one(clvarlen_context *dev, void *queue, ct_run_fn fn, void *a
             if (r == 0)
                 first = ev;
         }
+        const double enq = (ct_now_s() - t0) / runs;
         double t;
-        if (!ev) { /* the run gave no event: wall clock to the end of the queue */
+        if (whole == 2) { /* the host's enqueue time */
+            clFinish(q);
+            t = enq;
+        } else if (!ev) { /* the run gave no event: wall clock to the end of the queue */
             clFinish(q);
             t = (ct_now_s() - t0) / runs;
         } else if (clWaitForEvents(1, &ev) != CL_SUCCESS) {
@@ -182,7 +187,12 @@ static double time_median(clvarlen_context *dev, ct_run_fn fn, void *arg, int it
 
 double ct_time_median(clvarlen_context *dev, ct_run_fn fn, void *arg, int iters)
 {
-    return time_median(dev, fn, arg, iters, 1);
+    /* CLVARLEN_BENCH_TIMING=kernel: the op's last kernel alone, START to END
+     * (what the launches around it cost is then left out); =host: the host's
+     * time to enqueue a call (wall clock, bursts without waiting) */
+    const char *how = getenv("CLVARLEN_BENCH_TIMING");
+    return time_median(dev, fn, arg, iters,
+                       !how ? 1 : !strcmp(how, "kernel") ? 0 : !strcmp(how, "host") ? 2 : 1);
 }
 
 double ct_time_median_launch(clvarlen_context *dev, ct_run_fn fn, void *arg, int iters)
