@@ -73,6 +73,37 @@ static void cl_mem_case(clvarlen_context *ctx, const acase *c, int device_checks
     tu_assert_close(tu_compare(l_reg, CLVARLEN_DTYPE_F32, l_ref, (size_t)(b.tq * c->hq)),
                     lse_tolerance(c->dtype), "cl_mem lse");
 
+    if (!device_checks) {
+        /* No event back: the call's commands make none, so the first must still
+         * wait for the caller's wait list (a user event here) and the rest follow
+         * in order; the result is the same bytes. */
+        cl_context clc;
+        cl_device_id dev;
+        cl_command_queue q;
+        ck_assert_int_eq(clvarlen_context_get_cl(ctx, &clc, &dev, &q), CLVARLEN_SUCCESS);
+        cl_int err;
+        cl_event ue = clCreateUserEvent(clc, &err), after = NULL;
+        ck_assert_int_eq(err, CL_SUCCESS);
+        tu_clbuf mo3 = tu_clbuf_make(ctx, ob, pad, NULL), ml3 = tu_clbuf_make(ctx, lb, pad, NULL);
+        st = clvarlen_cl_attention_forward(ctx, &p, mq.mem, pad, mk.mem, pad, mv.mem, pad,
+                                           mcq.mem, pad, mck.mem, pad, mqp.mem, pad, mo3.mem, pad,
+                                           ml3.mem, pad, 1, &ue, NULL);
+        ck_assert_msg(st == CLVARLEN_SUCCESS, "gated forward: %s", clvarlen_last_error(ctx));
+        ck_assert_int_eq(clEnqueueMarkerWithWaitList(q, 0, NULL, &after), CL_SUCCESS);
+        ck_assert_int_eq(clFlush(q), CL_SUCCESS);
+        cl_int state = CL_COMPLETE;
+        ck_assert_int_eq(clGetEventInfo(after, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof state,
+                                        &state, NULL),
+                         CL_SUCCESS);
+        ck_assert_msg(state != CL_COMPLETE, "the call ran before its wait list");
+        ck_assert_int_eq(clSetUserEventStatus(ue, CL_COMPLETE), CL_SUCCESS);
+        tu_cl_wait_release(&after, "marker after the gated call");
+        clReleaseEvent(ue);
+        const unsigned char *o3 = tu_clbuf_fetch(ctx, &mo3, "gated o");
+        ck_assert_msg(memcmp(o3, o_reg, ob) == 0, "gated call: another result");
+        tu_clbuf_free(&mo3);
+        tu_clbuf_free(&ml3);
+    }
     if (device_checks && b.n >= 2 && b.tq > 0) {
         /* a decreasing cu_seqlens_q on the device: reported, nothing written */
         int32_t *bad = malloc(cub);

@@ -766,7 +766,7 @@ clvarlen_status cv_attn_cl_forward_host(clvarlen_context *ctx, const char *fn,
     const size_t n_up = sizeof up / sizeof up[0];
     float *lse_tmp = NULL;
     cv_chain c;
-    clvarlen_status st = cv_chain_begin(&c, ctx, 0, NULL, false);
+    clvarlen_status st = cv_chain_begin(&c, ctx, 0, NULL, false, false);
     if (st != CLVARLEN_SUCCESS)
         goto out;
     if ((st = upload_all(ctx, up, n_up)) != CLVARLEN_SUCCESS)
@@ -861,7 +861,7 @@ clvarlen_status cv_attn_cl_merge_host(clvarlen_context *ctx, const char *fn, clv
     const size_t n_up = sizeof up / sizeof up[0];
     float *lse_tmp = NULL;
     cv_chain c;
-    clvarlen_status st = cv_chain_begin(&c, ctx, 0, NULL, false);
+    clvarlen_status st = cv_chain_begin(&c, ctx, 0, NULL, false, false);
     if (st != CLVARLEN_SUCCESS)
         goto out;
     if ((st = upload_all(ctx, up, n_up)) != CLVARLEN_SUCCESS)

@@ -457,7 +457,7 @@ clvarlen_status clvarlen_cl_attention_forward(
     /* With nothing to compute the chain still orders the caller's event
      * after the wait list. */
     cv_chain c;
-    st = cv_chain_begin(&c, ctx, num_events, wait_list, ctx->device_checks && work);
+    st = cv_chain_begin(&c, ctx, num_events, wait_list, event != NULL, ctx->device_checks && work);
     if (st == CLVARLEN_SUCCESS && work)
         st = forward_on_chain(&c, fn, &d, &m);
     return cv_chain_end(&c, fn, st, event);
@@ -486,7 +486,7 @@ static clvarlen_status cl_merge_common(clvarlen_context *ctx, const char *fn, cl
     if (st != CLVARLEN_SUCCESS)
         return st;
     cv_chain c;
-    st = cv_chain_begin(&c, ctx, num_events, wait_list, false);
+    st = cv_chain_begin(&c, ctx, num_events, wait_list, event != NULL, false);
     if (st == CLVARLEN_SUCCESS && tokens > 0)
         st = cv_attn_cl_merge(&c, dtype, dtype, (int64_t)heads * dv, n_parts, tokens, heads, dv,
                               m);

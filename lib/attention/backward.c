@@ -169,7 +169,7 @@ static clvarlen_status cl_backward_host(clvarlen_context *ctx, const char *fn,
     for (int i = 0; i < 3; i++)
         dense_bytes[i] = (size_t)e[T_DQ + i].row_bytes * (size_t)e[T_DQ + i].rows;
     cv_chain c;
-    clvarlen_status st = cv_chain_begin(&c, ctx, 0, NULL, false);
+    clvarlen_status st = cv_chain_begin(&c, ctx, 0, NULL, false, false);
     for (int i = 0; st == CLVARLEN_SUCCESS && i < T_N; i++) {
         const size_t bytes = (size_t)cv_extent_span(&e[i]);
         if (bytes > 0 && (i >= T_DQ || ptr[i])) /* empty tensors and no q_pos: NULL */
@@ -253,7 +253,7 @@ clvarlen_status clvarlen_cl_attention_backward(
         .dk = dk, .dk_off = dk_offset, .dv = dv, .dv_off = dv_offset,
     };
     cv_chain c;
-    st = cv_chain_begin(&c, ctx, num_events, wait_list, ctx->device_checks && work);
+    st = cv_chain_begin(&c, ctx, num_events, wait_list, event != NULL, ctx->device_checks && work);
     if (st == CLVARLEN_SUCCESS && work && c.flag) {
         st = cv_chain_check_cu_seqlens(&c, cu_seqlens_q, cu_q_offset, d->n_seqs, d->total_q);
         if (st == CLVARLEN_SUCCESS)

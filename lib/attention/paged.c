@@ -417,7 +417,7 @@ clvarlen_status clvarlen_cl_kv_cache_append(clvarlen_context *ctx,
         .vc = v_cache, .vc_off = v_cache_offset,
     };
     cv_chain c;
-    st = cv_chain_begin(&c, ctx, num_events, wait_list, ctx->device_checks && work);
+    st = cv_chain_begin(&c, ctx, num_events, wait_list, event != NULL, ctx->device_checks && work);
     if (st == CLVARLEN_SUCCESS && work && c.flag)
         st = cv_chain_check_range(&c, NULL, slot_mapping, slot_offset, a.n_tokens, 0,
                                   a.num_pages * a.page_size, true, CV_CHECK_INDEX);
@@ -469,7 +469,7 @@ clvarlen_status clvarlen_cl_paged_attention_forward(
         .lse = lse, .lse_off = lse_offset,
     };
     cv_chain c;
-    st = cv_chain_begin(&c, ctx, num_events, wait_list, ctx->device_checks && work);
+    st = cv_chain_begin(&c, ctx, num_events, wait_list, event != NULL, ctx->device_checks && work);
     if (st == CLVARLEN_SUCCESS && work && c.flag)
         st = cv_paged_cl_check(&c, &d, &m);
     if (st == CLVARLEN_SUCCESS && work)

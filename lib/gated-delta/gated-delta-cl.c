@@ -603,7 +603,7 @@ clvarlen_status cv_gdn_cl_run(clvarlen_context *ctx, const char *fn, const clvar
 
     const bool checks = ctx->device_checks && N > 0 && (d->cu.m || d->sidx.m || d->inter.m);
     cv_chain chain;
-    st = cv_chain_begin(&chain, ctx, num_events, wait_list, checks);
+    st = cv_chain_begin(&chain, ctx, num_events, wait_list, event != NULL, checks);
     if (st == CLVARLEN_SUCCESS)
         st = gdn_enqueue(&chain, p, d, &t, &plan);
     return cv_chain_end(&chain, fn, st, event);
@@ -746,7 +746,7 @@ static clvarlen_status gdn_host_run(clvarlen_context *ctx, const char *fn, const
     memset(&h, 0, sizeof h);
     h.slot_bytes = (size_t)(HV * K * V) * cv_dtype_size(p->state_dtype);
     cv_chain chain;
-    clvarlen_status st = cv_chain_begin(&chain, ctx, 0, NULL, false);
+    clvarlen_status st = cv_chain_begin(&chain, ctx, 0, NULL, false, false);
     if (st != CLVARLEN_SUCCESS)
         goto out;
     h.dsidx = malloc((size_t)N * sizeof *h.dsidx + 1);

@@ -1,7 +1,9 @@
 /* Command chains: the one way the op families enqueue work. Each command
- * waits for the previous one (the caller's wait list for the first), the
- * chain owns its last event, and cv_chain_end either hands it to the caller
- * or releases it, so no launcher handles events itself.
+ * runs after the previous one (the context's queue is in order: contexts
+ * refuse out-of-order queues) and the first waits for the caller's wait list;
+ * the chain owns its last event, made only when the caller wants it, and
+ * cv_chain_end either hands it to the caller or releases it, so no launcher
+ * handles events itself.
  */
 #include "runtime/runtime.h"
 
@@ -12,13 +14,15 @@
 #if CLVARLEN_HAVE_OPENCL
 
 clvarlen_status cv_chain_begin(cv_chain *c, clvarlen_context *ctx, cl_uint num_events,
-                               const cl_event *wait_list, bool checks)
+                               const cl_event *wait_list, bool want_event, bool checks)
 {
     c->ctx = ctx;
     c->num_events = num_events;
     c->wait_list = num_events ? wait_list : NULL;
     c->last = NULL;
     c->flag = NULL;
+    c->want_event = want_event;
+    c->started = false;
     if (!checks)
         return CLVARLEN_SUCCESS;
     return cv_check_begin(ctx, &c->flag);
@@ -29,6 +33,9 @@ void cv_chain_wait_list(const cv_chain *c, cl_uint *num_events, const cl_event *
     if (c->last) {
         *num_events = 1;
         *wait_list = &c->last;
+    } else if (c->started) { /* the queue is in order */
+        *num_events = 0;
+        *wait_list = NULL;
     } else {
         *num_events = c->num_events;
         *wait_list = c->wait_list;
@@ -40,6 +47,7 @@ void cv_chain_take(cv_chain *c, cl_event ev)
     if (c->last)
         clReleaseEvent(c->last);
     c->last = ev;
+    c->started = true;
 }
 
 clvarlen_status cv_chain_run(cv_chain *c, cl_kernel kernel, const char *what, cl_uint dims,
@@ -49,7 +57,8 @@ clvarlen_status cv_chain_run(cv_chain *c, cl_kernel kernel, const char *what, cl
     const cl_event *wl;
     cv_chain_wait_list(c, &nw, &wl);
     cl_event ev = NULL;
-    clvarlen_status st = cv_enqueue(c->ctx, kernel, what, dims, global, local, nw, wl, &ev);
+    clvarlen_status st =
+        cv_enqueue(c->ctx, kernel, what, dims, global, local, nw, wl, c->want_event ? &ev : NULL);
     if (st != CLVARLEN_SUCCESS)
         return st;
     cv_chain_take(c, ev);
@@ -66,7 +75,7 @@ clvarlen_status cv_chain_fill(cv_chain *c, cl_mem mem, const void *pattern, size
     cv_chain_wait_list(c, &nw, &wl);
     cl_event ev = NULL;
     cl_int err = clEnqueueFillBuffer(c->ctx->queue, mem, pattern, pattern_size, offset, bytes,
-                                     nw, wl, &ev);
+                                     nw, wl, c->want_event ? &ev : NULL);
     if (err != CL_SUCCESS)
         return cv_cl_check(c->ctx, err, "clEnqueueFillBuffer");
     cv_chain_take(c, ev);

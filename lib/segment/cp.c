@@ -253,7 +253,7 @@ static clvarlen_status cp_plan_on_device(clvarlen_context *ctx, const int32_t *c
                                          clvarlen_cp_plan_out *plan)
 {
     cv_chain q;
-    cv_chain_begin(&q, ctx, 0, NULL, false);
+    cv_chain_begin(&q, ctx, 0, NULL, false, false);
     size_t cub = (size_t)(n + 1) * 4, tb = (size_t)local * 4;
     cl_mem d_cu = NULL, d_lcu = NULL, d_h = NULL, d_t = NULL, d_gi = NULL, d_pos = NULL;
     clvarlen_status st;
@@ -393,7 +393,7 @@ typedef struct cp_host {
 static clvarlen_status cp_rows_on_device(clvarlen_context *ctx, const cp_host *h)
 {
     cv_chain q;
-    cv_chain_begin(&q, ctx, 0, NULL, false);
+    cv_chain_begin(&q, ctx, 0, NULL, false, false);
     /* global rows are read back whole, so they go up unless every one is rewritten */
     bool global_in = !h->to_local && !(h->mode == CLVARLEN_SCATTER_OVERWRITE && h->zero_rest);
     cl_mem d_cu = NULL, d_g = NULL, d_l = NULL;
@@ -577,7 +577,7 @@ clvarlen_status clvarlen_cl_cp_plan(clvarlen_context *ctx, cl_mem cu_seqlens, si
         .pos_off = position_offset,
     };
     cv_chain q;
-    clvarlen_status st = cv_chain_begin(&q, ctx, num_events, wait_list, ctx->device_checks != 0);
+    clvarlen_status st = cv_chain_begin(&q, ctx, num_events, wait_list, event != NULL, ctx->device_checks != 0);
     if (st == CLVARLEN_SUCCESS)
         st = enq_cp_plan(&q, &p);
     return cv_chain_end(&q, fn, st, event);
@@ -622,7 +622,7 @@ static clvarlen_status cl_cp_rows(clvarlen_context *ctx, const char *fn, cp_rows
     c->l_stride_b = lr.stride_b;
     c->zero_rest = !c->to_local && (flags & CLVARLEN_SCATTER_ZERO_REST);
     cv_chain q;
-    clvarlen_status st = cv_chain_begin(&q, ctx, num_events, wait_list, ctx->device_checks != 0);
+    clvarlen_status st = cv_chain_begin(&q, ctx, num_events, wait_list, event != NULL, ctx->device_checks != 0);
     if (st == CLVARLEN_SUCCESS)
         st = enq_cp_rows(&q, c);
     return cv_chain_end(&q, fn, st, event);

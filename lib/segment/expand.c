@@ -123,7 +123,7 @@ typedef struct expand_host {
 static clvarlen_status expand_on_device(clvarlen_context *ctx, const char *fn, const expand_host *h)
 {
     cv_chain q;
-    cv_chain_begin(&q, ctx, 0, NULL, false);
+    cv_chain_begin(&q, ctx, 0, NULL, false, false);
     size_t out_span = cv_span_bytes(CLVARLEN_DTYPE_I32, h->col_limit, h->rows, h->out_stride);
     size_t pt_span = cv_span_bytes(CLVARLEN_DTYPE_I32, h->page_cols, h->n, h->page_stride);
     cl_mem d_kv = NULL, d_q = NULL, d_pt = NULL, d_se = NULL, d_po = NULL;
@@ -319,7 +319,7 @@ clvarlen_cl_seqlens_expand(clvarlen_context *ctx, cl_mem kv_len, size_t kv_len_o
         .total_off = total_offset,
     };
     cv_chain q;
-    clvarlen_status st = cv_chain_begin(&q, ctx, num_events, wait_list, ctx->device_checks != 0);
+    clvarlen_status st = cv_chain_begin(&q, ctx, num_events, wait_list, event != NULL, ctx->device_checks != 0);
     if (st == CLVARLEN_SUCCESS)
         st = enq_expand(&q, &e);
     return cv_chain_end(&q, fn, st, event);

@@ -69,7 +69,7 @@ static clvarlen_status gen_on_device(clvarlen_context *ctx, uint64_t seed, int32
                                      int64_t total, int32_t *out)
 {
     cv_chain q;
-    cv_chain_begin(&q, ctx, 0, NULL, false);
+    cv_chain_begin(&q, ctx, 0, NULL, false, false);
     size_t bytes = (size_t)world * (size_t)n * 4;
     cl_mem d_out = NULL;
     clvarlen_status st;
@@ -120,7 +120,7 @@ clvarlen_status clvarlen_cl_gen_seq_lens(clvarlen_context *ctx, uint64_t seed, i
     };
     SEG_TRY(SEG_CHECK_MEM(ctx, fn, args));
     cv_chain q;
-    cv_chain_begin(&q, ctx, num_events, wait_list, false); /* no device checks: nothing to check */
+    cv_chain_begin(&q, ctx, num_events, wait_list, event != NULL, false); /* no device checks: nothing to check */
     clvarlen_status st = enq_gen(&q, seed, world, n, total, out, out_offset);
     return cv_chain_end(&q, fn, st, event);
 }

@@ -82,7 +82,7 @@ static clvarlen_status cu_from_lengths_on_device(clvarlen_context *ctx, const in
                                                  int64_t n, int32_t *cu_seqlens)
 {
     cv_chain q;
-    cv_chain_begin(&q, ctx, 0, NULL, false);
+    cv_chain_begin(&q, ctx, 0, NULL, false, false);
     cl_mem d_len = NULL, d_cu = NULL;
     clvarlen_status st;
     SEG_TRY_OUT(cv_seg_upload(ctx, n > 0 ? lengths : NULL, (size_t)n * 4, &d_len));
@@ -100,7 +100,7 @@ static clvarlen_status lengths_from_cu_on_device(clvarlen_context *ctx, const in
                                                  int64_t n, int32_t *lengths)
 {
     cv_chain q;
-    cv_chain_begin(&q, ctx, 0, NULL, false);
+    cv_chain_begin(&q, ctx, 0, NULL, false, false);
     cl_mem d_cu = NULL, d_len = NULL;
     clvarlen_status st;
     SEG_TRY_OUT(cv_seg_upload(ctx, cu_seqlens, (size_t)(n + 1) * 4, &d_cu));
@@ -119,7 +119,7 @@ static clvarlen_status token_maps_on_device(clvarlen_context *ctx, const int32_t
                                             int32_t *seq_id, int32_t *pos)
 {
     cv_chain q;
-    cv_chain_begin(&q, ctx, 0, NULL, false);
+    cv_chain_begin(&q, ctx, 0, NULL, false, false);
     size_t tb = (size_t)total_tokens * 4;
     cl_mem d_cu = NULL, d_off = NULL, d_seq = NULL, d_pos = NULL;
     clvarlen_status st;
@@ -265,7 +265,7 @@ clvarlen_status clvarlen_cl_cu_seqlens_from_lengths(clvarlen_context *ctx, cl_me
     };
     SEG_TRY(SEG_CHECK_MEM(ctx, fn, args));
     cv_chain q;
-    clvarlen_status st = cv_chain_begin(&q, ctx, num_events, wait_list, ctx->device_checks != 0);
+    clvarlen_status st = cv_chain_begin(&q, ctx, num_events, wait_list, event != NULL, ctx->device_checks != 0);
     if (st == CLVARLEN_SUCCESS)
         st = enq_cu_from_lengths(&q, lengths, lengths_offset, n, cu_seqlens, cu_offset);
     return cv_chain_end(&q, fn, st, event);
@@ -286,7 +286,7 @@ clvarlen_status clvarlen_cl_lengths_from_cu_seqlens(clvarlen_context *ctx, cl_me
     };
     SEG_TRY(SEG_CHECK_MEM(ctx, fn, args));
     cv_chain q;
-    clvarlen_status st = cv_chain_begin(&q, ctx, num_events, wait_list, ctx->device_checks != 0);
+    clvarlen_status st = cv_chain_begin(&q, ctx, num_events, wait_list, event != NULL, ctx->device_checks != 0);
     if (st == CLVARLEN_SUCCESS)
         st = enq_lengths_from_cu(&q, cu_seqlens, cu_offset, n, lengths, lengths_offset);
     return cv_chain_end(&q, fn, st, event);
@@ -318,7 +318,7 @@ clvarlen_status clvarlen_cl_token_maps(clvarlen_context *ctx, cl_mem cu_seqlens,
     };
     SEG_TRY(SEG_CHECK_MEM(ctx, fn, args));
     cv_chain q;
-    clvarlen_status st = cv_chain_begin(&q, ctx, num_events, wait_list, ctx->device_checks != 0);
+    clvarlen_status st = cv_chain_begin(&q, ctx, num_events, wait_list, event != NULL, ctx->device_checks != 0);
     if (st == CLVARLEN_SUCCESS)
         st = enq_token_maps(&q, cu_seqlens, cu_offset, n, total_tokens, pos ? offsets : NULL,
                             offsets_offset, seq_id, seq_id_offset, pos, pos_offset);

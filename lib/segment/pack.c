@@ -330,7 +330,7 @@ static clvarlen_status pack_on_device(clvarlen_context *ctx, const char *fn,
     int64_t rows = h->batch * h->max_seqlen, total = h->total;
     size_t row_bytes = h->pr.row_bytes;
     cv_chain q;
-    cv_chain_begin(&q, ctx, 0, NULL, false);
+    cv_chain_begin(&q, ctx, 0, NULL, false, false);
     cl_mem d_pad = NULL, d_lens = NULL, d_mask = NULL, d_packed = NULL, d_cu = NULL, d_si = NULL;
     clvarlen_status st;
     SEG_TRY_OUT(cv_seg_check_cl_limits(ctx, fn, row_bytes, total));
@@ -514,7 +514,7 @@ static clvarlen_status unpack_on_device(clvarlen_context *ctx, const unpack_args
                                         const cv_seg_rows *pk, const cv_seg_rows *pd)
 {
     cv_chain q;
-    cv_chain_begin(&q, ctx, 0, NULL, false);
+    cv_chain_begin(&q, ctx, 0, NULL, false, false);
     cl_mem d_packed = NULL, d_si = NULL, d_padded = NULL;
     clvarlen_status st;
     SEG_TRY_OUT(cv_seg_upload(ctx, u->total > 0 ? packed : NULL, pk->span, &d_packed));
@@ -651,7 +651,7 @@ clvarlen_status clvarlen_cl_pack(clvarlen_context *ctx, clvarlen_dtype dtype, in
         .total_off = total_offset,
     };
     cv_chain q;
-    clvarlen_status st = cv_chain_begin(&q, ctx, num_events, wait_list, ctx->device_checks != 0);
+    clvarlen_status st = cv_chain_begin(&q, ctx, num_events, wait_list, event != NULL, ctx->device_checks != 0);
     if (st == CLVARLEN_SUCCESS)
         st = enq_pack(&q, &p);
     return cv_chain_end(&q, fn, st, event);
@@ -704,7 +704,7 @@ clvarlen_status clvarlen_cl_unpack(clvarlen_context *ctx, clvarlen_dtype dtype, 
         .padded_stride_b = pd.stride_b,
     };
     cv_chain q;
-    clvarlen_status st = cv_chain_begin(&q, ctx, num_events, wait_list, ctx->device_checks != 0);
+    clvarlen_status st = cv_chain_begin(&q, ctx, num_events, wait_list, event != NULL, ctx->device_checks != 0);
     if (st == CLVARLEN_SUCCESS)
         st = enq_unpack(&q, &u);
     return cv_chain_end(&q, fn, st, event);

@@ -137,7 +137,7 @@ static clvarlen_status gather_on_device(clvarlen_context *ctx, const rows_args *
                                         const cv_seg_rows *dr)
 {
     cv_chain q;
-    cv_chain_begin(&q, ctx, 0, NULL, false);
+    cv_chain_begin(&q, ctx, 0, NULL, false, false);
     cl_mem d_src = NULL, d_idx = NULL, d_dst = NULL;
     clvarlen_status st;
     SEG_TRY_OUT(cv_seg_upload(ctx, h->src_rows > 0 ? src : NULL, sr->span, &d_src));
@@ -164,7 +164,7 @@ static clvarlen_status scatter_on_device(clvarlen_context *ctx, const rows_args 
 {
     bool overwrite = mode == CLVARLEN_SCATTER_OVERWRITE;
     cv_chain q;
-    cv_chain_begin(&q, ctx, 0, NULL, false);
+    cv_chain_begin(&q, ctx, 0, NULL, false, false);
     cl_mem d_src = NULL, d_idx = NULL, d_dst = NULL;
     clvarlen_status st;
     SEG_TRY_OUT(cv_seg_upload(ctx, h->n_index > 0 ? src : NULL, sr->span, &d_src));
@@ -320,7 +320,7 @@ clvarlen_status clvarlen_cl_gather_rows(clvarlen_context *ctx, clvarlen_dtype dt
         .dst_rows = n_index,
     };
     cv_chain q;
-    clvarlen_status st = cv_chain_begin(&q, ctx, num_events, wait_list, ctx->device_checks != 0);
+    clvarlen_status st = cv_chain_begin(&q, ctx, num_events, wait_list, event != NULL, ctx->device_checks != 0);
     if (st == CLVARLEN_SUCCESS)
         st = enq_gather(&q, &r);
     return cv_chain_end(&q, fn, st, event);
@@ -364,7 +364,7 @@ clvarlen_cl_scatter_rows(clvarlen_context *ctx, clvarlen_dtype dtype, int64_t ro
         .dst_rows = dst_rows,
     };
     cv_chain q;
-    clvarlen_status st = cv_chain_begin(&q, ctx, num_events, wait_list, ctx->device_checks != 0);
+    clvarlen_status st = cv_chain_begin(&q, ctx, num_events, wait_list, event != NULL, ctx->device_checks != 0);
     if (st == CLVARLEN_SUCCESS)
         st = enq_scatter(&q, &r, mode, (flags & CLVARLEN_SCATTER_ZERO_REST) != 0,
                          (flags & CLVARLEN_SCATTER_UNIQUE_INDICES) != 0);
