@@ -21,7 +21,7 @@ inline int wl_tiles(__global const int *cu, int s, int total_q, int row_mult, in
  * (row_mult > 1: the query heads of a KV head packed into the tile's rows);
  * after the items, scratch for the per-sequence tile offsets. One
  * work-group of any power-of-two size. `order` (CV_WL_*): with
- * CV_WL_LONGEST_FIRST the sequences go by length, longest first (ties by
+ * CV_WL_LONGEST_FIRST the sequences go by tile count, most first (ties by
  * index; only up to CV_ATTN_WORKLIST_SORT_MAX sequences, in index order
  * past that): heavy work-groups start early and the tail is short. Within
  * a sequence the last tile comes first (under causal masking the heaviest
@@ -42,14 +42,14 @@ __kernel void attn_worklist(__global const int *cu_base, ulong cu_off, int n_seq
             wl[0] = 0;
         return;
     }
-    /* Bounds are clamped so that invalid (unchecked) cu_seqlens cannot make a
-     * tile address rows outside [0, total_q). Position p of the order holds
-     * sequence SEQ_AT(p): its rank by length (the number of sequences before
-     * it), computed by every work-item for its own sequences. */
+    /* Bounds are clamped (wl_tiles) so that invalid (unchecked) cu_seqlens
+     * cannot make a tile address rows outside [0, total_q). Position p of the
+     * order holds sequence SEQ_AT(p): its rank by tile count (the number of
+     * sequences before it), computed by every work-item for its own sequences. */
     const bool sorted = (order & CV_WL_LONGEST_FIRST) && n_seqs <= CV_ATTN_WORKLIST_SORT_MAX;
     if (sorted) {
         for (int s = lid; s < n_seqs; s += nt)
-            len_l[s] = max(clamp(cu[s + 1], 0, total_q) - clamp(cu[s], 0, total_q), 0);
+            len_l[s] = wl_tiles(cu, s, total_q, row_mult, block_m);
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int s = lid; s < n_seqs; s += nt) {
             const int x = len_l[s];

@@ -323,7 +323,7 @@ START_TEST(test_wgmma_kernel)
 {
     static const char *const variants[] = {NULL, "wgpack=0", "wgqs=0", "wgswz=0", "lpt=1"};
     setenv("CLVARLEN_ATTENTION_KERNEL", "wgmma", 1);
-    for (int vi = 0; vi < 5; vi++) {
+    for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++) {
         if (variants[vi])
             setenv("CLVARLEN_ATTENTION_TUNING", variants[vi], 1);
         clvarlen_context *ctx = tu_cl_context();
