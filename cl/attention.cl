@@ -268,6 +268,23 @@ void attn_merge(long n_parts, long tokens, int heads, int dv, int dt, int part_d
 #define CV_UNROLL _Pragma("unroll")
 #endif
 
+/* How far the loops over a staged chunk unroll (S_UNROLL: Q K^T's float4
+ * steps, PV_UNROLL: P V's four-key steps); by default fully, as CV_UNROLL.
+ * On the H100 (f32, D 128) full unrolling kept 128 registers and ran 1.07x
+ * faster than none; partial unrolling took 170-196 registers and lost. */
+#define CV_PRAGMA_(x) _Pragma(#x)
+#define CV_UNROLL_N(n) CV_PRAGMA_(unroll n)
+#ifdef S_UNROLL
+#define CV_UNROLL_S CV_UNROLL_N(S_UNROLL)
+#else
+#define CV_UNROLL_S CV_UNROLL
+#endif
+#ifdef PV_UNROLL
+#define CV_UNROLL_PV CV_UNROLL_N(PV_UNROLL)
+#else
+#define CV_UNROLL_PV CV_UNROLL
+#endif
+
 /* Thread (tx, ty) owns query rows ty + TY*i (i < TM), key columns tx + TX*j
  * (j < TN) of a score tile and output columns tx + TX*c (c < TD): interleaved,
  * so a warp reads consecutive local-memory words, or one broadcast word. */
@@ -278,6 +295,26 @@ void attn_merge(long n_parts, long tokens, int heads, int dv, int dt, int part_d
 /* Local rows in float4 units, padded by one float4 against bank conflicts. */
 #define QS4 (DCH / 4 + 1)
 #define PS4 (BLOCK_N / 4 + 1)
+/* V rows in float4 units, unpadded: a work-item reads whole float4s of
+ * consecutive columns where each owns groups of four (CV_V4: output columns
+ * 4 tx + 4 TX g + e), single columns otherwise (tx + TX c). */
+#define V4 (HEAD_DIM_V / 4)
+#if TD % 4 == 0
+#define CV_V4 1
+#define OCOL(c) (4 * tx + 4 * TX * ((c) / 4) + (c) % 4)
+#else
+#define CV_V4 0
+#define OCOL(c) (tx + TX * (c))
+#endif
+/* The staging area holds a Q and a K chunk, or (in their place) a V chunk. */
+#define QK_STAGE4 ((BLOCK_M + BLOCK_N) * QS4)
+#define STAGE4 (QK_STAGE4 > KCH * V4 ? QK_STAGE4 : KCH * V4)
+/* A work-item's float4s of a Q chunk, a K chunk and a V chunk: the next chunk
+ * is loaded into registers (pf) while the products run on the current one. */
+#define NQ4 ((BLOCK_M * (DCH / 4) + WG_SIZE - 1) / WG_SIZE)
+#define NK4 ((BLOCK_N * (DCH / 4) + WG_SIZE - 1) / WG_SIZE)
+#define NV4 ((KCH * V4 + WG_SIZE - 1) / WG_SIZE)
+#define NPF (NQ4 + NK4 > NV4 ? NQ4 + NK4 : NV4)
 
 #if CV_DTYPE == CV_DT_F16
 #define LOAD_ACT(p, i) vload_half((i), (__global const half *)(p))
@@ -292,6 +329,91 @@ void attn_merge(long n_parts, long tokens, int heads, int dv, int dt, int part_d
 #define LOAD_ACT(p, i) (((__global const float *)(p))[i])
 #define STORE_ACT(p, i, x) (((__global float *)(p))[i] = (x))
 #define LOAD_ACT4(p, i) vload4(0, (__global const float *)(p) + (i))
+#endif
+
+/* The staging steps of attn_fwd (they use its variables). FETCH_QK issues the
+ * loads of Q's and K's dimensions [d, d + DCH) for the key tile at kt with nv
+ * valid keys into pf, FETCH_V those of V's keys [kt + kc, + KCH); STORE_QK
+ * and STORE_V put pf in local memory. Rows past the sequence read as 0. */
+#define FETCH_QK(d, kt, nv)                                                                    \
+    do {                                                                                       \
+        CV_UNROLL                                                                              \
+        for (int t_ = 0; t_ < NQ4; t_++) {                                                     \
+            const int e_ = lid + t_ * WG_SIZE, r_ = e_ / (DCH / 4), c_ = e_ % (DCH / 4);        \
+            pf[t_] = (float4)(0.0f);                                                           \
+            if (e_ < BLOCK_M * (DCH / 4) && r_ < rows)                                         \
+                pf[t_] = LOAD_ACT4(qb, (size_t)(q0 + row0 + r_) * q_stride +                   \
+                                           (size_t)h * HEAD_DIM + (d) + 4 * c_) *             \
+                         qscale;                                                               \
+        }                                                                                      \
+        CV_UNROLL                                                                              \
+        for (int t_ = 0; t_ < NK4; t_++) {                                                     \
+            const int e_ = lid + t_ * WG_SIZE, j_ = e_ / (DCH / 4), c_ = e_ % (DCH / 4);        \
+            pf[NQ4 + t_] = (float4)(0.0f);                                                     \
+            if (e_ < BLOCK_N * (DCH / 4) && j_ < (nv))                                         \
+                pf[NQ4 + t_] = LOAD_ACT4(kb_, (size_t)KV_ROW((kt) + j_) * k_stride +           \
+                                                  (size_t)kvh * HEAD_DIM + (d) + 4 * c_);      \
+        }                                                                                      \
+    } while (0)
+#define STORE_QK()                                                                             \
+    do {                                                                                       \
+        CV_UNROLL                                                                              \
+        for (int t_ = 0; t_ < NQ4; t_++) {                                                     \
+            const int e_ = lid + t_ * WG_SIZE;                                                 \
+            if (e_ < BLOCK_M * (DCH / 4))                                                      \
+                Qc[e_ / (DCH / 4) * QS4 + e_ % (DCH / 4)] = pf[t_];                            \
+        }                                                                                      \
+        CV_UNROLL                                                                              \
+        for (int t_ = 0; t_ < NK4; t_++) {                                                     \
+            const int e_ = lid + t_ * WG_SIZE;                                                 \
+            if (e_ < BLOCK_N * (DCH / 4))                                                      \
+                Kc[e_ / (DCH / 4) * QS4 + e_ % (DCH / 4)] = pf[NQ4 + t_];                      \
+        }                                                                                      \
+    } while (0)
+#define FETCH_V(kt, kc, nv)                                                                    \
+    do {                                                                                       \
+        CV_UNROLL                                                                              \
+        for (int t_ = 0; t_ < NV4; t_++) {                                                     \
+            const int e_ = lid + t_ * WG_SIZE, j_ = e_ / V4, c_ = e_ % V4;                     \
+            pf[t_] = (float4)(0.0f);                                                           \
+            if (e_ < KCH * V4 && (kc) + j_ < (nv))                                             \
+                pf[t_] = LOAD_ACT4(vb, (size_t)KV_ROW((kt) + (kc) + j_) * v_stride +           \
+                                           (size_t)kvh * HEAD_DIM_V + 4 * c_);                \
+        }                                                                                      \
+    } while (0)
+#define STORE_V()                                                                              \
+    do {                                                                                       \
+        CV_UNROLL                                                                              \
+        for (int t_ = 0; t_ < NV4; t_++) {                                                     \
+            const int e_ = lid + t_ * WG_SIZE;                                                 \
+            if (e_ < KCH * V4)                                                                 \
+                Vc4[e_] = pf[t_];                                                              \
+        }                                                                                      \
+    } while (0)
+/* acc += p . (v0, v1, v2, v3) for four consecutive keys */
+#define PV_MAD(a, p, v0, v1, v2, v3)                                                           \
+    do {                                                                                       \
+        float t_ = mad((p).x, (v0), (a));                                                      \
+        t_ = mad((p).y, (v1), t_);                                                             \
+        t_ = mad((p).z, (v2), t_);                                                             \
+        (a) = mad((p).w, (v3), t_);                                                            \
+    } while (0)
+/* acc_ = op(acc_, the TX partial values of row r in Red), in float4s where TX allows */
+#define RED_ADD(a, b) ((a) + (b))
+#if TX % 4 == 0
+#define RED_ROW(acc_, r, op)                                                                   \
+    do {                                                                                       \
+        for (int t_ = 0; t_ < TX / 4; t_++) {                                                  \
+            const float4 y_ = ((__local const float4 *)Red)[(r) * (TX / 4) + t_];              \
+            acc_ = op(op(acc_, y_.x), op(y_.y, op(y_.z, y_.w)));                               \
+        }                                                                                      \
+    } while (0)
+#else
+#define RED_ROW(acc_, r, op)                                                                   \
+    do {                                                                                       \
+        for (int t_ = 0; t_ < TX; t_++)                                                        \
+            acc_ = op(acc_, Red[(r) * TX + t_]);                                               \
+    } while (0)
 #endif
 
 /* One work-group per (work item, query head): BLOCK_M query rows of one
@@ -311,11 +433,11 @@ void attn_fwd(__global const uchar *q, ulong q_off, long q_stride,
               float scale_log2, float scale, float softcap, int causal, int window_left,
               int window_right, __global const int *flag CV_PAGED_ARGS CV_DROP_ARGS)
 {
-    __local float4 Qc[BLOCK_M * QS4];
-    __local float4 Kc[BLOCK_N * QS4];
+    /* A Q chunk and a K chunk, or a V chunk in their place. */
+    __local float4 Stage[STAGE4];
+    __local float4 *const Qc = Stage, *const Kc = Stage + BLOCK_M * QS4, *const Vc4 = Stage;
     __local float4 Ps[BLOCK_M * PS4];
-    __local float Vc[KCH * HEAD_DIM_V];
-    __local float Red[BLOCK_M * TX];
+    __local float Red[BLOCK_M * TX] __attribute__((aligned(16)));
     __local int range[2];
 
     /* ln 2 through constant memory, before any control flow: see CV_CONST_ONE */
@@ -398,6 +520,14 @@ void attn_fwd(__global const uchar *q, ulong q_off, long q_stride,
             acc[i][c] = 0.0f;
     }
 
+    /* Every chunk goes global memory -> pf -> local memory: the loads of the
+     * next chunk (Q and K dimensions, then V keys, then the next tile's first
+     * Q and K dimensions) are issued before the products of the current one,
+     * so they arrive while those run. */
+    float4 pf[NPF];
+    if (kmin <= kmax)
+        FETCH_QK(0, kmin, min(BLOCK_N, kmax + 1 - kmin));
+
     for (int kb = kmin; kb <= kmax; kb += BLOCK_N) {
         const int nvalid = min(BLOCK_N, kmax + 1 - kb);
 
@@ -411,24 +541,13 @@ void attn_fwd(__global const uchar *q, ulong q_off, long q_stride,
                 s[i][j] = 0.0f;
         for (int dc = 0; dc < HEAD_DIM; dc += DCH) {
             barrier(CLK_LOCAL_MEM_FENCE); /* the previous chunk is no longer read */
-            for (int e = lid; e < BLOCK_M * (DCH / 4); e += WG_SIZE) {
-                int r = e / (DCH / 4), c4 = e % (DCH / 4);
-                float4 x = (float4)(0.0f);
-                if (r < rows)
-                    x = LOAD_ACT4(qb, (size_t)(q0 + row0 + r) * q_stride + (size_t)h * HEAD_DIM +
-                                          dc + 4 * c4) *
-                        qscale;
-                Qc[r * QS4 + c4] = x;
-            }
-            for (int e = lid; e < BLOCK_N * (DCH / 4); e += WG_SIZE) {
-                int j = e / (DCH / 4), c4 = e % (DCH / 4);
-                float4 x = (float4)(0.0f);
-                if (j < nvalid)
-                    x = LOAD_ACT4(kb_, (size_t)KV_ROW(kb + j) * k_stride +
-                                           (size_t)kvh * HEAD_DIM + dc + 4 * c4);
-                Kc[j * QS4 + c4] = x;
-            }
+            STORE_QK();
             barrier(CLK_LOCAL_MEM_FENCE);
+            if (dc + DCH < HEAD_DIM)
+                FETCH_QK(dc + DCH, kb, nvalid);
+            else
+                FETCH_V(kb, 0, nvalid);
+            CV_UNROLL_S
             for (int c4 = 0; c4 < DCH / 4; c4++) {
                 float4 qv[TM], kv[TN];
                 CV_UNROLL
@@ -479,8 +598,7 @@ void attn_fwd(__global const uchar *q, ulong q_off, long q_stride,
         for (int i = 0; i < TM; i++) {
             const int r = ty + TY * i;
             float mx = m[i];
-            for (int t = 0; t < TX; t++)
-                mx = fmax(mx, Red[r * TX + t]);
+            RED_ROW(mx, r, fmax);
             /* A row that has seen nothing yet keeps p = 0 and alpha = 1. */
             const float alpha = mx == -INFINITY ? 1.0f : exp2(m[i] - mx);
             float ps = 0.0f;
@@ -504,21 +622,36 @@ void attn_fwd(__global const uchar *q, ulong q_off, long q_stride,
 
         /* O += P V, KCH keys at a time. */
         for (int kc = 0; kc < nvalid; kc += KCH) {
-            barrier(CLK_LOCAL_MEM_FENCE); /* P written; the previous V chunk read */
-            for (int e = lid; e < KCH * HEAD_DIM_V; e += WG_SIZE) {
-                int j = e / HEAD_DIM_V, c = e % HEAD_DIM_V;
-                float x = 0.0f;
-                if (kc + j < nvalid)
-                    x = LOAD_ACT(vb, (size_t)KV_ROW(kb + kc + j) * v_stride +
-                                         (size_t)kvh * HEAD_DIM_V + c);
-                Vc[j * HEAD_DIM_V + c] = x;
-            }
+            barrier(CLK_LOCAL_MEM_FENCE); /* P written; the last Q/K or V chunk read */
+            STORE_V();
             barrier(CLK_LOCAL_MEM_FENCE);
+            if (kc + KCH < nvalid)
+                FETCH_V(kb, kc + KCH, nvalid);
+            else if (kb + BLOCK_N <= kmax)
+                FETCH_QK(0, kb + BLOCK_N, min(BLOCK_N, kmax + 1 - (kb + BLOCK_N)));
+            CV_UNROLL_PV
             for (int j4 = 0; j4 < KCH / 4; j4++) {
                 float4 pv[TM];
                 CV_UNROLL
                 for (int i = 0; i < TM; i++)
                     pv[i] = Ps[(ty + TY * i) * PS4 + kc / 4 + j4];
+#if CV_V4
+                CV_UNROLL
+                for (int g = 0; g < TD / 4; g++) {
+                    const float4 v0 = Vc4[(4 * j4) * V4 + tx + TX * g];
+                    const float4 v1 = Vc4[(4 * j4 + 1) * V4 + tx + TX * g];
+                    const float4 v2 = Vc4[(4 * j4 + 2) * V4 + tx + TX * g];
+                    const float4 v3 = Vc4[(4 * j4 + 3) * V4 + tx + TX * g];
+                    CV_UNROLL
+                    for (int i = 0; i < TM; i++) {
+                        PV_MAD(acc[i][4 * g], pv[i], v0.x, v1.x, v2.x, v3.x);
+                        PV_MAD(acc[i][4 * g + 1], pv[i], v0.y, v1.y, v2.y, v3.y);
+                        PV_MAD(acc[i][4 * g + 2], pv[i], v0.z, v1.z, v2.z, v3.z);
+                        PV_MAD(acc[i][4 * g + 3], pv[i], v0.w, v1.w, v2.w, v3.w);
+                    }
+                }
+#else
+                __local const float *Vc = (__local const float *)Vc4;
                 CV_UNROLL
                 for (int c = 0; c < TD; c++) {
                     const int col = tx + TX * c;
@@ -527,13 +660,10 @@ void attn_fwd(__global const uchar *q, ulong q_off, long q_stride,
                     const float v2 = Vc[(4 * j4 + 2) * HEAD_DIM_V + col];
                     const float v3 = Vc[(4 * j4 + 3) * HEAD_DIM_V + col];
                     CV_UNROLL
-                    for (int i = 0; i < TM; i++) {
-                        float t = mad(pv[i].x, v0, acc[i][c]);
-                        t = mad(pv[i].y, v1, t);
-                        t = mad(pv[i].z, v2, t);
-                        acc[i][c] = mad(pv[i].w, v3, t);
-                    }
+                    for (int i = 0; i < TM; i++)
+                        PV_MAD(acc[i][c], pv[i], v0, v1, v2, v3);
                 }
+#endif
             }
         }
     }
@@ -551,13 +681,12 @@ void attn_fwd(__global const uchar *q, ulong q_off, long q_stride,
         if (r >= rows)
             continue;
         float lt = 0.0f;
-        for (int t = 0; t < TX; t++)
-            lt += Red[r * TX + t];
+        RED_ROW(lt, r, RED_ADD);
         const float inv = lt > 0.0f ? 1.0f / lt : 0.0f;
         const size_t tok = (size_t)(q0 + row0 + r);
         CV_UNROLL
         for (int c = 0; c < TD; c++)
-            STORE_ACT(ob, tok * o_stride + (size_t)h * HEAD_DIM_V + tx + TX * c, acc[i][c] * inv);
+            STORE_ACT(ob, tok * o_stride + (size_t)h * HEAD_DIM_V + OCOL(c), acc[i][c] * inv);
         if (tx == 0 && lse)
             CV_PTR(float, lse, lse_off)[(size_t)h * total_q + tok] =
                 lt > 0.0f ? (m[i] + log2(lt)) * ln2 : -INFINITY;

@@ -403,6 +403,45 @@ START_TEST(test_wgmma_kernel)
 }
 END_TEST
 
+/* The portable kernel with tiles the device tables do not pick on PoCL: two
+ * work-items across a tile's keys (row reductions and V's columns one float at
+ * a time), V staged four keys at a time (several V chunks per key tile); and
+ * NVIDIA's tiles (64 x 64, 256 work-items, Q and K 32 dimensions at a time)
+ * with the chunk loops partly unrolled, at head dims 128 (V read in float4s)
+ * and 96 (one float at a time). Each against the oracle, causal with GQA and
+ * non-causal with lq != lk, sequences of several key tiles. */
+START_TEST(test_portable_tiles)
+{
+    static const char *const variants[] = {
+        "ptx=2,pwg=16,pkch=4",
+        "pwg=256,pbm=64,pbn=64,pdch=32,pkch=16,punr=2,ppvunr=2",
+    };
+    unsetenv("CLVARLEN_ATTENTION_KERNEL");
+    for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++) {
+        setenv("CLVARLEN_ATTENTION_TUNING", variants[vi], 1);
+        clvarlen_context *ctx = tu_cl_context();
+        acase c = base_case();
+        c.d = c.dv = vi == 0 ? 64 : 128;
+        c.hq = 4;
+        c.hk = 2;
+        c.max_n = 3;
+        c.max_len = 150;
+        c.min_len = 40;
+        c.max_total = 260;
+        c.causal = 1;
+        c.seed = 61 + 10 * (uint64_t)vi;
+        run_seeds(ctx, c, 1, variants[vi]);
+        c.causal = 0;
+        c.lq_ne_lk = 1;
+        c.d = c.dv = 96;
+        c.seed++;
+        run_seeds(ctx, c, 1, variants[vi]);
+        clvarlen_context_destroy(ctx);
+    }
+    unsetenv("CLVARLEN_ATTENTION_TUNING");
+}
+END_TEST
+
 void attn_add_cl_cases(Suite *s)
 {
     TCase *tc = tcase_create("cl_mem");
@@ -410,6 +449,7 @@ void attn_add_cl_cases(Suite *s)
     tcase_add_test(tc, test_cl_mem);
     tcase_add_test(tc, test_cl_merge);
     tcase_add_test(tc, test_no_opencl);
+    tcase_add_test(tc, test_portable_tiles);
     suite_add_tcase(s, tc);
     tc = tcase_create("mma");
     tcase_set_timeout(tc, 600);

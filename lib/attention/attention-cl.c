@@ -416,12 +416,16 @@ static clvarlen_status portable_cfg(clvarlen_context *ctx, const char *fn, const
     int kch = kch_max;
     for (;;) {
         kch = bn < kch_max ? bn : kch_max;
-        uint64_t floats = 4 * ((uint64_t)bm * (dch / 4 + 1) + (uint64_t)bn * (dch / 4 + 1) +
-                               (uint64_t)bm * (bn / 4 + 1)) +
-                          (uint64_t)kch * d->head_dim_v + (uint64_t)bm * tx;
+        /* a Q and a K chunk or (in their place) a V chunk; P; the row reductions */
+        const uint64_t qk = 4 * (uint64_t)(bm + bn) * (dch / 4 + 1);
+        const uint64_t vch = (uint64_t)kch * d->head_dim_v;
+        uint64_t floats = (qk > vch ? qk : vch) + 4 * (uint64_t)bm * (bn / 4 + 1) +
+                          (uint64_t)bm * tx;
         if (floats * 4 + 64 <= limit)
             break;
-        if (bn >= bm && bn > bn_min)
+        if (vch > qk && kch_max > 4)
+            kch_max /= 2; /* the V chunk is what does not fit */
+        else if (bn >= bm && bn > bn_min)
             bn /= 2;
         else if (bm > ty)
             bm /= 2;
@@ -441,6 +445,16 @@ static clvarlen_status portable_cfg(clvarlen_context *ctx, const char *fn, const
              "-DWG_SIZE=%d -DTX=%d -DDCH=%d -DKCH=%d%s",
              cv_dtype_kernel_code(d->dtype), (int)d->head_dim, (int)d->head_dim_v, bm, bn, wg,
              tx, dch, kch, cpu_dev ? " -DCV_NO_UNROLL" : "");
+    const int s_unr = cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "punr", 0);
+    const int pv_unr = cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "ppvunr", 0);
+    if (s_unr > 0) {
+        const size_t len = strlen(cfg->options);
+        snprintf(cfg->options + len, sizeof cfg->options - len, " -DS_UNROLL=%d", s_unr);
+    }
+    if (pv_unr > 0) {
+        const size_t len = strlen(cfg->options);
+        snprintf(cfg->options + len, sizeof cfg->options - len, " -DPV_UNROLL=%d", pv_unr);
+    }
     return CLVARLEN_SUCCESS;
 }
 
