@@ -418,9 +418,8 @@ static clvarlen_status portable_cfg(clvarlen_context *ctx, const char *fn, const
         kch = bn < kch_max ? bn : kch_max;
         /* a Q and a K chunk or (in their place) a V chunk; P; the row reductions */
         const uint64_t qk = 4 * (uint64_t)(bm + bn) * (dch / 4 + 1);
-        const uint64_t vch = (uint64_t)kch * d->head_dim_v;
-        uint64_t floats = (qk > vch ? qk : vch) + 4 * (uint64_t)bm * (bn / 4 + 1) +
-                          (uint64_t)bm * tx;
+        const uint64_t vch = (uint64_t)kch * d->head_dim_v, stage = qk > vch ? qk : vch;
+        uint64_t floats = stage + 4 * (uint64_t)bm * (bn / 4 + 1) + (uint64_t)bm * tx;
         if (floats * 4 + 64 <= limit)
             break;
         if (vch > qk && kch_max > 4)
@@ -445,15 +444,13 @@ static clvarlen_status portable_cfg(clvarlen_context *ctx, const char *fn, const
              "-DWG_SIZE=%d -DTX=%d -DDCH=%d -DKCH=%d%s",
              cv_dtype_kernel_code(d->dtype), (int)d->head_dim, (int)d->head_dim_v, bm, bn, wg,
              tx, dch, kch, cpu_dev ? " -DCV_NO_UNROLL" : "");
-    const int s_unr = cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "punr", 0);
-    const int pv_unr = cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "ppvunr", 0);
-    if (s_unr > 0) {
+    const int unroll[2] = {cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "punr", 0),
+                           cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "ppvunr", 0)};
+    for (int i = 0; i < 2; i++) {
         const size_t len = strlen(cfg->options);
-        snprintf(cfg->options + len, sizeof cfg->options - len, " -DS_UNROLL=%d", s_unr);
-    }
-    if (pv_unr > 0) {
-        const size_t len = strlen(cfg->options);
-        snprintf(cfg->options + len, sizeof cfg->options - len, " -DPV_UNROLL=%d", pv_unr);
+        if (unroll[i] > 0) /* the chunk loops' unrolling, fully by default (for benchmarks) */
+            snprintf(cfg->options + len, sizeof cfg->options - len,
+                     i ? " -DPV_UNROLL=%d" : " -DS_UNROLL=%d", unroll[i]);
     }
     return CLVARLEN_SUCCESS;
 }
