@@ -328,7 +328,11 @@ void attn_merge(long n_parts, long tokens, int heads, int dv, int dt, int part_d
 #else
 #define LOAD_ACT(p, i) (((__global const float *)(p))[i])
 #define STORE_ACT(p, i, x) (((__global float *)(p))[i] = (x))
+#ifdef CV_ALIGNED4 /* the host saw Q, K and V rows 16-byte aligned */
+#define LOAD_ACT4(p, i) (*(__global const float4 *)((__global const float *)(p) + (i)))
+#else
 #define LOAD_ACT4(p, i) vload4(0, (__global const float *)(p) + (i))
+#endif
 #endif
 
 /* The staging steps of attn_fwd (they use its variables). FETCH_QK issues the

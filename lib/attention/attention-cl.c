@@ -9,8 +9,8 @@
  * bound on the tile count), and surplus work-groups exit at once.
  */
 #include "attention/attention-cl.h"
-#include "core/half.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +23,16 @@ typedef struct attn_cfg {
     int row_mult;      /* tile rows per query: the group size when query heads are packed */
     char options[256];
 } attn_cfg;
+
+/* Appends a -D option to cfg->options (printf format, one int). */
+__attribute__((format(printf, 2, 3))) static void cfg_add(attn_cfg *cfg, const char *fmt, ...)
+{
+    const size_t len = strlen(cfg->options);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cfg->options + len, sizeof cfg->options - len, fmt, ap);
+    va_end(ap);
+}
 
 /* CLVARLEN_ATTENTION_KERNEL=portable|mma|wgmma overrides the automatic choice
  * (for tests and comparisons): "mma" the tensor-core kernel with mma.sync,
@@ -125,89 +135,6 @@ static bool wgmma_wanted(const clvarlen_context *ctx, const cv_attn_desc *d, con
     return d->n_seqs > 0 && d->total_q / d->n_seqs >= min_avg;
 }
 
-/* A value of the check's operands: a small multiple of 1/8, so that every
- * product and sum is exact in f32 and each operand exact in f16 and bf16. */
-static float check_value(uint32_t i)
-{
-    uint32_t h = i * 2654435761u;
-    h ^= h >> 15;
-    return (float)((int)(h % 9u) - 4) * 0.125f;
-}
-
-/* Runs attn_wgmma_check of the program built with `options` and compares its
- * S = Q K^T and O = P V with exact sums. Returns CLVARLEN_SUCCESS when they
- * agree bit for bit; otherwise an error whose message says what differed
- * (the build failed, the run failed, or the first wrong element). */
-static clvarlen_status wgmma_check(clvarlen_context *ctx, const cv_attn_desc *d,
-                                   const char *options)
-{
-    cl_kernel k = NULL;
-    clvarlen_status st = cv_get_kernel(ctx, "attention-nv.cl", options, "attn_wgmma_check", &k);
-    if (st != CLVARLEN_SUCCESS)
-        return st;
-    /* Q [M][D], K and V [N][D], P [M][N] in; S [M][N] and O [M][D] out */
-    const int D = d->head_dim, M = 64, N = wgmma_block_n(d);
-    const size_t n_in = (size_t)(M + 2 * N) * D + (size_t)M * N,
-                 n_out = (size_t)M * N + (size_t)M * D;
-    uint16_t *in = malloc(n_in * sizeof *in);
-    float *vals = malloc(n_in * sizeof *vals), *out = malloc(n_out * sizeof *out);
-    cl_mem bin = NULL, bout = NULL;
-    if (!in || !vals || !out) {
-        st = cv_error(ctx, CLVARLEN_ERROR_OUT_OF_MEMORY, "wgmma check: out of memory");
-        goto done;
-    }
-    for (size_t i = 0; i < n_in; i++) {
-        vals[i] = check_value((uint32_t)i + 17u);
-        in[i] = d->dtype == CLVARLEN_DTYPE_F16 ? cv_float_to_half(vals[i])
-                                               : cv_float_to_bf16(vals[i]);
-    }
-    if ((st = cv_buffer(ctx, n_in * sizeof *in, in, &bin)) != CLVARLEN_SUCCESS ||
-        (st = cv_buffer(ctx, n_out * sizeof *out, NULL, &bout)) != CLVARLEN_SUCCESS)
-        goto done;
-    cv_args a = cv_args_begin(k);
-    CV_ARG(a, bin);
-    CV_ARG(a, bout);
-    if (a.err != CL_SUCCESS) {
-        st = cv_cl_check(ctx, a.err, "clSetKernelArg(attn_wgmma_check)");
-        goto done;
-    }
-    size_t wg = 128;
-    cl_int err = clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &wg, &wg, 0, NULL, NULL);
-    if (err != CL_SUCCESS) {
-        st = cv_cl_check(ctx, err, "clEnqueueNDRangeKernel(attn_wgmma_check)");
-        goto done;
-    }
-    if ((st = cv_read(ctx, bout, 0, n_out * sizeof *out, out, 0, NULL)) != CLVARLEN_SUCCESS)
-        goto done;
-    const float *q = vals, *kk = vals + (size_t)M * D, *v = kk + (size_t)N * D;
-    const float *p = v + (size_t)N * D;
-    for (int r = 0; r < M && st == CLVARLEN_SUCCESS; r++) {
-        for (int c = 0; c < N + D; c++) {
-            double want = 0.0;
-            if (c < N)
-                for (int e = 0; e < D; e++)
-                    want += (double)q[r * D + e] * kk[c * D + e];
-            else
-                for (int e = 0; e < N; e++)
-                    want += (double)p[r * N + e] * v[e * D + (c - N)];
-            const float got = c < N ? out[r * N + c] : out[(size_t)M * N + (size_t)r * D + (c - N)];
-            if ((double)got != want) {
-                st = cv_error(ctx, CLVARLEN_ERROR_KERNEL_BUILD,
-                              "wgmma check: %s[%d][%d] = %.9g, want %.9g", c < N ? "S" : "O",
-                              r, c < N ? c : c - N, (double)got, want);
-                break;
-            }
-        }
-    }
-done:
-    cv_release(&bin);
-    cv_release(&bout);
-    free(in);
-    free(vals);
-    free(out);
-    return st;
-}
-
 /* The wgmma form's state for this call's dtype and head dim: built and checked
  * on first use (once per context); a failure is logged and the mma.sync form
  * runs instead, unless the form was forced (then the error is returned). */
@@ -220,7 +147,7 @@ static clvarlen_status wgmma_ready(clvarlen_context *ctx, const char *fn, const 
                                   : d->head_dim == 128 ? 2
                                                        : 3];
     if (*state == 0) {
-        clvarlen_status st = wgmma_check(ctx, d, options);
+        clvarlen_status st = cv_attn_wgmma_check(ctx, d, wgmma_block_n(d), options);
         if (st == CLVARLEN_SUCCESS) {
             *state = 1;
             cv_log(ctx, CLVARLEN_LOG_INFO, "attention: the wgmma form passed its check [%s]",
@@ -356,8 +283,7 @@ static clvarlen_status mma_cfg(clvarlen_context *ctx, const char *fn, const cv_a
              q_smem ? " -DQ_SMEM=1" : "",
              ctx->device.vendor == CLVARLEN_VENDOR_NVIDIA ? " -DCV_NV_PTX=1" : "");
     if (pack) {
-        size_t len = strlen(cfg->options);
-        snprintf(cfg->options + len, sizeof cfg->options - len, " -DCV_GQA_PACK=1");
+        cfg_add(cfg, " -DCV_GQA_PACK=1");
         cfg->row_mult = d->heads_q / d->heads_kv;
     }
     return CLVARLEN_SUCCESS;
@@ -394,13 +320,18 @@ static clvarlen_status portable_cfg(clvarlen_context *ctx, const char *fn, const
         tx = wg;
     while (d->head_dim_v % tx != 0) /* TD = head_dim_v / TX output columns per work-item */
         tx /= 2;
+    const bool cpu_dev = ctx->device.kind == CLVARLEN_DEVICE_OPENCL_CPU;
+    /* GPUs: at most 64 accumulators (TM rows x TD columns) per work-item, so
+     * wide heads widen the group (128 at D 256 would spill on NVIDIA) */
+    while (!cpu_dev && bm / (wg / tx) * (d->head_dim_v / tx) > 64 && wg * 2 <= wg_max)
+        wg *= 2;
     int ty = wg / tx;
     /* Q and K DCH dimensions at a time (a divisor of the head dim), V KCH keys
      * (both whole float4s: at least 4) */
     const int dch_want =
         portable_knob("pdch", ctx->tuning.attn_dch ? (int)ctx->tuning.attn_dch : 16);
     const int dch = dch_want >= 4 && d->head_dim % dch_want == 0 ? dch_want : 16;
-    int kch_max = portable_knob("pkch", 16);
+    int kch_max = portable_knob("pkch", ctx->tuning.attn_kch ? (int)ctx->tuning.attn_kch : 16);
     if (kch_max < 4)
         kch_max = 4;
     int bn_min = tx < 4 ? 4 : tx;
@@ -411,7 +342,6 @@ static clvarlen_status portable_cfg(clvarlen_context *ctx, const char *fn, const
     /* Q and K are staged DCH dimensions at a time and V KCH keys at a time, so
      * local memory barely depends on the head dims (and every device runs the
      * configuration the tests run on PoCL). */
-    bool cpu_dev = ctx->device.kind == CLVARLEN_DEVICE_OPENCL_CPU;
     uint64_t limit = ctx->device.local_mem_bytes ? ctx->device.local_mem_bytes : 32768;
     int kch = kch_max;
     for (;;) {
@@ -446,12 +376,10 @@ static clvarlen_status portable_cfg(clvarlen_context *ctx, const char *fn, const
              tx, dch, kch, cpu_dev ? " -DCV_NO_UNROLL" : "");
     const int unroll[2] = {cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "punr", 0),
                            cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "ppvunr", 0)};
-    for (int i = 0; i < 2; i++) {
-        const size_t len = strlen(cfg->options);
-        if (unroll[i] > 0) /* the chunk loops' unrolling, fully by default (for benchmarks) */
-            snprintf(cfg->options + len, sizeof cfg->options - len,
-                     i ? " -DPV_UNROLL=%d" : " -DS_UNROLL=%d", unroll[i]);
-    }
+    if (unroll[0] > 0) /* the chunk loops' unrolling, fully by default (for benchmarks) */
+        cfg_add(cfg, " -DS_UNROLL=%d", unroll[0]);
+    if (unroll[1] > 0)
+        cfg_add(cfg, " -DPV_UNROLL=%d", unroll[1]);
     return CLVARLEN_SUCCESS;
 }
 
@@ -463,20 +391,22 @@ static clvarlen_status choose_cfg(clvarlen_context *ctx, const char *fn, const c
     cfg->row_mult = 1;
     clvarlen_status st = pack || cv_attn_use_mma(ctx, d, m) ? mma_cfg(ctx, fn, d, pack, cfg)
                                                             : portable_cfg(ctx, fn, d, cfg);
-    if (st == CLVARLEN_SUCCESS && d->drop_p > 0.0f) {
-        size_t len = strlen(cfg->options);
-        snprintf(cfg->options + len, sizeof cfg->options - len, " -DCV_DROPOUT=1");
-    }
-    if (st == CLVARLEN_SUCCESS && d->page_size > 0) {
-        size_t len = strlen(cfg->options);
-        snprintf(cfg->options + len, sizeof cfg->options - len, " -DCV_PAGED=1");
-        if ((d->page_size & (d->page_size - 1)) == 0) { /* shifts for power-of-two pages */
-            int shift = 0;
-            while ((1 << shift) < d->page_size)
-                shift++;
-            len = strlen(cfg->options);
-            snprintf(cfg->options + len, sizeof cfg->options - len, " -DCV_PAGE_SHIFT=%d", shift);
-        }
+    if (st != CLVARLEN_SUCCESS)
+        return st;
+    if (d->drop_p > 0.0f)
+        cfg_add(cfg, " -DCV_DROPOUT=1");
+    /* f32 Q, K and V whose rows start 16-byte aligned: the portable kernel's
+     * float4 loads are whole (NVIDIA splits an unaligned vload4 into four) */
+    if (!cfg->mma && d->dtype == CLVARLEN_DTYPE_F32 && (m->q_off | m->k_off | m->v_off) % 16 == 0 &&
+        (d->q_stride | d->k_stride | d->v_stride) % 4 == 0)
+        cfg_add(cfg, " -DCV_ALIGNED4=1");
+    if (d->page_size > 0) {
+        cfg_add(cfg, " -DCV_PAGED=1");
+        int shift = 0; /* shifts for power-of-two pages */
+        while ((1 << shift) < d->page_size)
+            shift++;
+        if ((1 << shift) == d->page_size)
+            cfg_add(cfg, " -DCV_PAGE_SHIFT=%d", shift);
     }
     return st;
 }

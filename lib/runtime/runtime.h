@@ -58,6 +58,7 @@ typedef struct cv_tuning {
     size_t attn_block_n;   /* attention: keys per staged tile */
     size_t attn_wg;        /* attention: work-group size */
     size_t attn_dch;       /* attention: head-dim chunk of Q and K staged at a time (0: 16) */
+    size_t attn_kch;       /* attention: keys of V staged at a time (0: 16) */
     int nvidia_mma;        /* inline-PTX mma.sync fast paths allowed (NVIDIA, cc >= 8.0) */
 } cv_tuning;
 
