@@ -24,7 +24,7 @@ typedef struct attn_cfg {
     char options[256];
 } attn_cfg;
 
-/* Appends a -D option to cfg->options (printf format, one int). */
+/* Appends an option to cfg->options (printf format). */
 __attribute__((format(printf, 2, 3))) static void cfg_add(attn_cfg *cfg, const char *fmt, ...)
 {
     const size_t len = strlen(cfg->options);
@@ -402,11 +402,12 @@ static clvarlen_status choose_cfg(clvarlen_context *ctx, const char *fn, const c
         cfg_add(cfg, " -DCV_ALIGNED4=1");
     if (d->page_size > 0) {
         cfg_add(cfg, " -DCV_PAGED=1");
-        int shift = 0; /* shifts for power-of-two pages */
-        while ((1 << shift) < d->page_size)
-            shift++;
-        if ((1 << shift) == d->page_size)
+        if ((d->page_size & (d->page_size - 1)) == 0) { /* shifts for power-of-two pages */
+            int shift = 0;
+            while ((1 << shift) < d->page_size)
+                shift++;
             cfg_add(cfg, " -DCV_PAGE_SHIFT=%d", shift);
+        }
     }
     return st;
 }
