@@ -650,6 +650,9 @@ int bench_attention(clvarlen_context *dev, const ct_options *opt, double copy_gb
         {"attn-128x8k-causal", CLVARLEN_DTYPE_BF16, 128, 8192, 32, 8, 128, 1},
         {"attn-f32-16x16k", CLVARLEN_DTYPE_F32, 16, 16384, 32, 8, 128, 0},
         {"attn-f32-16x16k-causal", CLVARLEN_DTYPE_F32, 16, 16384, 32, 8, 128, 1},
+        /* the portable kernel at the head dims whose tiles differ (issue 23) */
+        {"attn-f32-d64-16x16k", CLVARLEN_DTYPE_F32, 16, 16384, 32, 8, 64, 0},
+        {"attn-f32-d256-16x16k", CLVARLEN_DTYPE_F32, 16, 16384, 32, 8, 256, 0},
         {"attn-f16-d64-16x16k", CLVARLEN_DTYPE_F16, 16, 16384, 32, 8, 64, 0},
         /* the other head dims of the tensor-core path (issue 23) */
         {"attn-d64-16x16k", CLVARLEN_DTYPE_BF16, 16, 16384, 32, 8, 64, 0},
