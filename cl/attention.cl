@@ -270,8 +270,8 @@ void attn_merge(long n_parts, long tokens, int heads, int dv, int dt, int part_d
 
 /* How far the loops over a staged chunk unroll (S_UNROLL: Q K^T's float4
  * steps, PV_UNROLL: P V's four-key steps); by default fully, as CV_UNROLL.
- * On the H100 (f32, D 128) full unrolling kept 128 registers and ran 1.07x
- * faster than none; partial unrolling took 170-196 registers and lost. */
+ * On the H100 (f32, D 128, 256 work-items) full unrolling kept 128 registers
+ * and ran 1.07x faster than none; partial unrolling took 170-196 and lost. */
 #define CV_PRAGMA_(x) _Pragma(#x)
 #define CV_UNROLL_N(n) CV_PRAGMA_(unroll n)
 #ifdef S_UNROLL
@@ -286,8 +286,9 @@ void attn_merge(long n_parts, long tokens, int heads, int dv, int dt, int part_d
 #endif
 
 /* Thread (tx, ty) owns query rows ty + TY*i (i < TM), key columns tx + TX*j
- * (j < TN) of a score tile and output columns tx + TX*c (c < TD): interleaved,
- * so a warp reads consecutive local-memory words, or one broadcast word. */
+ * (j < TN) of a score tile and output columns OCOL(c) (c < TD, below):
+ * interleaved, so a warp reads consecutive local-memory words, or one
+ * broadcast word. */
 #define TY (WG_SIZE / TX)
 #define TM (BLOCK_M / TY)
 #define TN (BLOCK_N / TX)
