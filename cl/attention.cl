@@ -269,20 +269,26 @@ void attn_merge(long n_parts, long tokens, int heads, int dv, int dt, int part_d
 #endif
 
 /* How far the loops over a staged chunk unroll (S_UNROLL: Q K^T's float4
- * steps, PV_UNROLL: P V's four-key steps); by default fully, as CV_UNROLL.
- * On the H100 (f32, D 128, 256 work-items) full unrolling kept 128 registers
- * and ran 1.07x faster than none; partial unrolling took 170-196 and lost. */
+ * steps, PV_UNROLL: P V's four-key steps); unset: fully with -DCV_CHUNK_UNROLL
+ * (NVIDIA), else the compiler's choice. On the H100 (f32, D 128, 256
+ * work-items) full unrolling kept 128 registers and ran 1.07x faster than
+ * none; partial unrolling took 170-196 and lost. Other devices are not
+ * measured, and PoCL compiles the unrolled loops slowly. */
 #define CV_PRAGMA_(x) _Pragma(#x)
 #define CV_UNROLL_N(n) CV_PRAGMA_(unroll n)
-#ifdef S_UNROLL
+#if defined(S_UNROLL)
 #define CV_UNROLL_S CV_UNROLL_N(S_UNROLL)
-#else
+#elif defined(CV_CHUNK_UNROLL)
 #define CV_UNROLL_S CV_UNROLL
-#endif
-#ifdef PV_UNROLL
-#define CV_UNROLL_PV CV_UNROLL_N(PV_UNROLL)
 #else
+#define CV_UNROLL_S
+#endif
+#if defined(PV_UNROLL)
+#define CV_UNROLL_PV CV_UNROLL_N(PV_UNROLL)
+#elif defined(CV_CHUNK_UNROLL)
 #define CV_UNROLL_PV CV_UNROLL
+#else
+#define CV_UNROLL_PV
 #endif
 
 /* Thread (tx, ty) owns query rows ty + TY*i (i < TM), key columns tx + TX*j

@@ -376,7 +376,9 @@ static clvarlen_status portable_cfg(clvarlen_context *ctx, const char *fn, const
              tx, dch, kch, cpu_dev ? " -DCV_NO_UNROLL" : "");
     const int unroll[2] = {cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "punr", 0),
                            cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "ppvunr", 0)};
-    if (unroll[0] > 0) /* the chunk loops' unrolling, fully by default (for benchmarks) */
+    if (ctx->device.vendor == CLVARLEN_VENDOR_NVIDIA) /* the chunk loops fully unrolled */
+        cfg_add(cfg, " -DCV_CHUNK_UNROLL=1");
+    if (unroll[0] > 0) /* the chunk loops' unrolling (for benchmarks) */
         cfg_add(cfg, " -DS_UNROLL=%d", unroll[0]);
     if (unroll[1] > 0)
         cfg_add(cfg, " -DPV_UNROLL=%d", unroll[1]);
