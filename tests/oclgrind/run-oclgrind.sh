@@ -6,11 +6,20 @@
 # and CPU fallback disagree) or, with no filter, when a kernel of cl/*.cl was
 # never launched (apart from those listed below, with the reason).
 #
-# Usage: run-oclgrind.sh --cases PATH --shim PATH [--keep DIR] [FILTER...]
+# Usage: run-oclgrind.sh --cases PATH --shim PATH [--keep DIR] [--slow] [FILTER...]
 #   --cases  the oclgrind-cases binary (build/tests/oclgrind/oclgrind-cases)
 #   --shim   oclgrind-fill-shim.so from the same build (fill-shim.c says why)
 #   --keep   keep the log (stderr of the run) in DIR
+#   --slow   also the cases listed in $slow_cases below (left out by default)
 #   FILTER   only the cases whose names contain one of them (no coverage check)
+#
+# The slow cases: the emulated tensor-core gated delta path (gdn_chunk_scan,
+# gdn_chunked_mma) took more than 10 minutes a case under Oclgrind on 2 cores
+# (2026-11-28; the case gdn-chunked-mma-bf16 had not finished after 12 minutes
+# and 11 GiB), which CI's time limit cannot hold. By default they are left out
+# and their two kernels are reported as not covered here; PoCL runs the same
+# emulated kernels against the CPU fallback in test-gated-delta-cl, and
+# `run-oclgrind.sh ... --slow` runs them under Oclgrind.
 # Exit status: 0 clean, 1 a finding, 77 oclgrind is not installed (skip).
 #
 # Oclgrind is preloaded directly (LD_PRELOAD of liboclgrind-rt.so, as the
@@ -27,12 +36,15 @@
 # name (CLVARLEN_DEVICE=oclgrind) and compiles into a fresh program cache.
 set -euo pipefail
 
-cases='' shim='' keep=''
+cases='' shim='' keep='' with_slow=0
+slow_cases='gdn-chunked-mma-bf16 gdn-chunked-mma-bf16-kv-long-clmem gdn-chunked-mma-fused-f16'
+slow_kernels='gdn_chunk_scan gdn_chunked_mma'
 while [ $# -gt 0 ]; do
     case "$1" in
     --cases) cases=$2; shift 2 ;;
     --shim) shim=$2; shift 2 ;;
     --keep) keep=$2; shift 2 ;;
+    --slow) with_slow=1; shift ;;
     *) break ;;
     esac
 done
@@ -67,6 +79,21 @@ log=$work/oclgrind.log  # stderr: Oclgrind's reports, the case names
 out=$work/cases.out     # stdout: the case table, Oclgrind's instruction counts
 
 echo "run-oclgrind.sh: $("$oclgrind" --version | grep -m1 Oclgrind), runtime $rt"
+# With no filter: every case, less the slow ones unless --slow. The names
+# are passed as filters; none is part of another name that is left out.
+check_coverage=0
+if [ $# -eq 0 ]; then
+    check_coverage=1
+    if [ "$with_slow" = 0 ]; then
+        for c in $("$cases" --list); do
+            case " $slow_cases " in
+            *" $c "*) ;;
+            *) set -- "$@" "$c" ;;
+            esac
+        done
+        echo "run-oclgrind.sh: left out (--slow runs them): $slow_cases"
+    fi
+fi
 start=$(date +%s)
 set +e
 env LD_PRELOAD="$(readlink -f "$shim") $rt${LD_PRELOAD:+ $LD_PRELOAD}" \
@@ -117,22 +144,26 @@ fi
 #   segment_gen_seq_lens: needs a correctly rounded f32 divide
 #     (CL_DEVICE_SINGLE_FP_CONFIG), which Oclgrind does not report, so the
 #     library computes gen_seq_lens on the host and writes the result.
+# The slow cases' kernels (above) are left out unless --slow.
 uncoverable='segment_gen_seq_lens'
-if [ $# -eq 0 ]; then
-    python3 - "$cl_dir" "$out" "$uncoverable" <<'EOF' || status=1
+[ "$with_slow" = 1 ] && slow_kernels=''
+if [ "$check_coverage" = 1 ]; then
+    python3 - "$cl_dir" "$out" "$uncoverable" "$slow_kernels" <<'EOF' || status=1
 import glob, os, re, sys
-cl_dir, log, uncoverable = sys.argv[1], sys.argv[2], set(sys.argv[3].split())
+cl_dir, log = sys.argv[1], sys.argv[2]
+uncoverable, slow = set(sys.argv[3].split()), set(sys.argv[4].split())
 defined = {}
 for path in sorted(glob.glob(os.path.join(cl_dir, "*.cl"))):
     src = open(path).read()
     for name in re.findall(r"__kernel\b[^;{]*?\bvoid\s+(\w+)\s*\(", src, re.S):
         defined[name] = os.path.basename(path)
 ran = set(re.findall(r"Instructions executed for kernel '(\w+)'", open(log).read()))
-missing = sorted(set(defined) - ran - uncoverable)
+missing = sorted(set(defined) - ran - uncoverable - slow)
 print("run-oclgrind.sh: %d kernels in cl/, %d launched under Oclgrind" %
       (len(defined), len(ran & set(defined))))
 for name in sorted(defined):
-    state = "ran" if name in ran else ("not coverable" if name in uncoverable else "MISSING")
+    state = ("ran" if name in ran else "not coverable" if name in uncoverable else
+             "left out (--slow)" if name in slow else "MISSING")
     print("  %-28s %-18s %s" % (name, defined[name], state))
 if missing:
     print("run-oclgrind.sh: kernels never launched: " + " ".join(missing), file=sys.stderr)
