@@ -31,8 +31,9 @@
  * 4 dq; anything but 7 gives wrong gradients, for timing one pass); for the
  * wgmma form (cl/attention-bwd-nv.cl -DCV_WGMMA, the default on Hopper)
  * wgmma (0: mma.sync; 1: wgmma), pair (BWD_PAIR there), vreg (BWD_VREG),
- * qbuf (BWD_QBUF_MAX, clamped to 1 .. 3) and maxreg (N:
- * -cl-nv-maxrregcount=N for its program); lpt (the work lists' order, below). */
+ * qbuf (BWD_QBUF_MAX, clamped to 1 .. 3); lpt (the work lists' order, below).
+ * (A maxreg knob passing -cl-nv-maxrregcount was removed: NVIDIA's driver
+ * accepts the option and ignores it, docs/PERFORMANCE.md.) */
 static int knob(const char *name, int fallback)
 {
     return cv_attn_knob("CLVARLEN_ATTN_BWD_TUNING", name, fallback);
@@ -84,15 +85,12 @@ static void bwd_config(const clvarlen_context *ctx, const cv_bwd_desc *bd, const
          * the same; D 128 3.14 against 3.00, with two buffers 3.46; D 96
          * 3.52 against 3.38). */
         char pair[112] = "";
-        const int maxreg = knob("maxreg", 0), nq = knob("qbuf", 1);
+        const int nq = knob("qbuf", 1);
         if (cfg->wgmma)
             snprintf(pair, sizeof pair,
-                     " -DCV_WGMMA=1 -DBWD_PAIR=%d -DBWD_VREG=%d -DBWD_QBUF_MAX=%d%s",
+                     " -DCV_WGMMA=1 -DBWD_PAIR=%d -DBWD_VREG=%d -DBWD_QBUF_MAX=%d",
                      knob("pair", d->head_dim == 96 ? 0 : 1) & 3, knob("vreg", 0) ? 1 : 0,
-                     nq < 1 ? 1 : nq > 3 ? 3 : nq,
-                     nv && maxreg > 0 ? " -cl-nv-maxrregcount=" : "");
-        if (cfg->wgmma && nv && maxreg > 0)
-            snprintf(pair + strlen(pair), sizeof pair - strlen(pair), "%d", maxreg);
+                     nq < 1 ? 1 : nq > 3 ? 3 : nq);
         cfg->key_tile = 16 * MMA_WARPS;
         cfg->query_tile = 16 * MMA_WARPS;
         cfg->wg = 32 * MMA_WARPS;
