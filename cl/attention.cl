@@ -427,6 +427,30 @@ void attn_merge(long n_parts, long tokens, int heads, int dv, int dt, int part_d
     } while (0)
 #endif
 
+/* NVIDIA (-DCV_NV_SHFL, asked for by the host only there, with work-groups of
+ * whole warps): a row's TX work-items are adjacent lanes of one warp, so
+ * butterfly shuffles (inline PTX; NVIDIA's OpenCL has no sub-groups) reduce
+ * the row maxima and sums without local memory or a barrier. Every lane of
+ * the warp must reach them. */
+#if defined(CV_NV_SHFL) && TX > 1 && TX <= 32 && (TX & (TX - 1)) == 0
+#define ATTN_SHFL 1
+inline float attn_xor(float x, int lane_mask)
+{
+    float r;
+    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 31, 0xffffffff;"
+                 : "=f"(r)
+                 : "f"(x), "r"(lane_mask));
+    return r;
+}
+#define LANES_RED(x_, op)                                                                      \
+    do {                                                                                       \
+        for (int m_ = TX / 2; m_ >= 1; m_ >>= 1)                                               \
+            x_ = op(x_, attn_xor(x_, m_));                                                     \
+    } while (0)
+#else
+#define ATTN_SHFL 0
+#endif
+
 /* One work-group per (work item, query head): BLOCK_M query rows of one
  * sequence against that sequence's keys, BLOCK_N at a time, with the online
  * softmax in base 2 (q is pre-scaled by scale * log2(e) when there is no
@@ -448,7 +472,9 @@ void attn_fwd(__global const uchar *q, ulong q_off, long q_stride,
     __local float4 Stage[STAGE4];
     __local float4 *const Qc = Stage, *const Kc = Stage + BLOCK_M * QS4, *const Vc4 = Stage;
     __local float4 Ps[BLOCK_M * PS4];
+#if !ATTN_SHFL
     __local float Red[BLOCK_M * TX] __attribute__((aligned(16)));
+#endif
     __local int range[2];
 
     /* ln 2 through constant memory, before any control flow: see CV_CONST_ONE */
@@ -589,9 +615,10 @@ void attn_fwd(__global const uchar *q, ulong q_off, long q_stride,
                 for (int j = 0; j < TN; j++)
                     s[i][j] = softcap * tanh(s[i][j] / softcap) * M_LOG2E_F;
         }
+        float pm[TM];
         CV_UNROLL
         for (int i = 0; i < TM; i++) {
-            float pm = -INFINITY;
+            pm[i] = -INFINITY;
             CV_UNROLL
             for (int j = 0; j < TN; j++) {
                 int key = kb + tx + TX * j;
@@ -599,17 +626,27 @@ void attn_fwd(__global const uchar *q, ulong q_off, long q_stride,
                 if (key < lo[i] || key > hi[i])
                     x = -INFINITY;
                 s[i][j] = x;
-                pm = fmax(pm, x);
+                pm[i] = fmax(pm[i], x);
             }
-            Red[(ty + TY * i) * TX + tx] = pm;
+#if ATTN_SHFL
+            LANES_RED(pm[i], fmax);
+#else
+            Red[(ty + TY * i) * TX + tx] = pm[i];
+#endif
         }
+#if !ATTN_SHFL
         barrier(CLK_LOCAL_MEM_FENCE);
+#endif
         __local float *Pf = (__local float *)Ps;
         CV_UNROLL
         for (int i = 0; i < TM; i++) {
             const int r = ty + TY * i;
+#if ATTN_SHFL
+            const float mx = fmax(m[i], pm[i]);
+#else
             float mx = m[i];
             RED_ROW(mx, r, fmax);
+#endif
             /* A row that has seen nothing yet keeps p = 0 and alpha = 1. */
             const float alpha = mx == -INFINITY ? 1.0f : exp2(m[i] - mx);
             float ps = 0.0f;
@@ -680,19 +717,29 @@ void attn_fwd(__global const uchar *q, ulong q_off, long q_stride,
     }
 
     /* Each thread summed p over its own columns: add the TX partial sums. */
+#if ATTN_SHFL
+    CV_UNROLL
+    for (int i = 0; i < TM; i++)
+        LANES_RED(l[i], RED_ADD); /* before the test on rows: every lane takes part */
+#else
     barrier(CLK_LOCAL_MEM_FENCE);
     CV_UNROLL
     for (int i = 0; i < TM; i++)
         Red[(ty + TY * i) * TX + tx] = l[i];
     barrier(CLK_LOCAL_MEM_FENCE);
+#endif
     __global uchar *ob = o + o_off;
     CV_UNROLL
     for (int i = 0; i < TM; i++) {
         const int r = ty + TY * i;
         if (r >= rows)
             continue;
+#if ATTN_SHFL
+        const float lt = l[i];
+#else
         float lt = 0.0f;
         RED_ROW(lt, r, RED_ADD);
+#endif
         const float inv = lt > 0.0f ? 1.0f / lt : 0.0f;
         const size_t tok = (size_t)(q0 + row0 + r);
         CV_UNROLL
