@@ -427,25 +427,15 @@ void attn_merge(long n_parts, long tokens, int heads, int dv, int dt, int part_d
     } while (0)
 #endif
 
-/* NVIDIA (-DCV_NV_SHFL, asked for by the host only there, with work-groups of
- * whole warps): a row's TX work-items are adjacent lanes of one warp, so
- * butterfly shuffles (inline PTX; NVIDIA's OpenCL has no sub-groups) reduce
- * the row maxima and sums without local memory or a barrier. Every lane of
- * the warp must reach them. */
+/* NVIDIA (-DCV_NV_SHFL): a row's TX work-items are adjacent lanes of one
+ * warp, so butterfly shuffles (cv_nv_xor, common.clh) reduce the row maxima
+ * and sums without local memory or a barrier. */
 #if defined(CV_NV_SHFL) && TX > 1 && TX <= 32 && (TX & (TX - 1)) == 0
 #define ATTN_SHFL 1
-inline float attn_xor(float x, int lane_mask)
-{
-    float r;
-    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 31, 0xffffffff;"
-                 : "=f"(r)
-                 : "f"(x), "r"(lane_mask));
-    return r;
-}
 #define LANES_RED(x_, op)                                                                      \
     do {                                                                                       \
         for (int m_ = TX / 2; m_ >= 1; m_ >>= 1)                                               \
-            x_ = op(x_, attn_xor(x_, m_));                                                     \
+            x_ = op(x_, cv_nv_xor(x_, m_));                                                    \
     } while (0)
 #else
 #define ATTN_SHFL 0

@@ -104,18 +104,10 @@ __kernel void gdn_check(__global const uchar *cu, ulong cu_off, long fixed_len, 
  * local-memory reduction if the driver refuses the program. */
 #if defined(CV_NV_SHFL) && CV_TK > 1 && CV_TK <= 32
 #define GDN_SHFL 1
-inline float gdn_xor(float x, int lane_mask)
-{
-    float r;
-    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 31, 0xffffffff;"
-                 : "=f"(r)
-                 : "f"(x), "r"(lane_mask));
-    return r;
-}
 inline float gdn_lanes_sum(float x)
 {
     for (int m = CV_TK / 2; m >= 1; m >>= 1)
-        x += gdn_xor(x, m);
+        x += cv_nv_xor(x, m);
     return x;
 }
 #else
