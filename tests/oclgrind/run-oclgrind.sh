@@ -6,11 +6,15 @@
 # and CPU fallback disagree) or, with no filter, when a kernel of cl/*.cl was
 # never launched (apart from those listed below, with the reason).
 #
-# Usage: run-oclgrind.sh --cases PATH --shim PATH [--keep DIR] [--slow] [FILTER...]
+# Usage: run-oclgrind.sh --cases PATH --shim PATH [--keep DIR] [--slow] [--jobs N]
+#                         [FILTER...]
 #   --cases  the oclgrind-cases binary (build/tests/oclgrind/oclgrind-cases)
 #   --shim   oclgrind-fill-shim.so from the same build (fill-shim.c says why)
 #   --keep   keep the log (stderr of the run) in DIR
 #   --slow   also the cases listed in $slow_cases below (left out by default)
+#   --jobs   Oclgrind processes side by side (default OCLGRIND_JOBS, else the
+#            CPUs, at most 4): Oclgrind runs on one core, so on 2 cores two
+#            processes take about half the time of one (CI: 743 s in one)
 #   FILTER   only the cases whose names contain one of them (no coverage check)
 #
 # The slow cases: the emulated tensor-core gated delta path (gdn_chunk_prep,
@@ -41,7 +45,7 @@
 # name (CLVARLEN_DEVICE=oclgrind) and compiles into a fresh program cache.
 set -euo pipefail
 
-cases='' shim='' keep='' with_slow=0
+cases='' shim='' keep='' with_slow=0 jobs=${OCLGRIND_JOBS:-}
 slow_cases='gdn-chunked-mma-bf16 gdn-chunked-mma-bf16-kv-long-clmem gdn-chunked-mma-fused-f16'
 slow_cases="$slow_cases gdn-chunked-bf16-kv-long attn-bwd-mma-f16-d16-qpos-clmem"
 slow_kernels='gdn_chunk_prep gdn_chunk_scan gdn_chunked_mma'
@@ -51,11 +55,12 @@ while [ $# -gt 0 ]; do
     --shim) shim=$2; shift 2 ;;
     --keep) keep=$2; shift 2 ;;
     --slow) with_slow=1; shift ;;
+    --jobs) jobs=$2; shift 2 ;;
     *) break ;;
     esac
 done
 if [ -z "$cases" ] || [ -z "$shim" ]; then
-    echo "usage: $0 --cases PATH --shim PATH [--keep DIR] [FILTER...]" >&2
+    echo "usage: $0 --cases PATH --shim PATH [--keep DIR] [--slow] [--jobs N] [FILTER...]" >&2
     exit 2
 fi
 here=$(cd "$(dirname "$0")" && pwd)
@@ -85,34 +90,105 @@ log=$work/oclgrind.log  # stderr: Oclgrind's reports, the case names
 out=$work/cases.out     # stdout: the case table, Oclgrind's instruction counts
 
 echo "run-oclgrind.sh: $("$oclgrind" --version | grep -m1 Oclgrind), runtime $rt"
-# With no filter: every case, less the slow ones unless --slow. The names
-# are passed as filters; none is part of another name that is left out.
+# The cases to run, by full name: with no filter every case, less the slow
+# ones unless --slow; otherwise those whose names contain a filter. Each name
+# is passed as a filter; none is part of another name that is left out.
 check_coverage=0
-if [ $# -eq 0 ]; then
-    check_coverage=1
-    if [ "$with_slow" = 0 ]; then
-        for c in $("$cases" --list); do
-            case " $slow_cases " in
-            *" $c "*) ;;
-            *) set -- "$@" "$c" ;;
-            esac
+[ $# -eq 0 ] && check_coverage=1
+run_list=''
+for c in $("$cases" --list); do
+    take=0
+    if [ "$check_coverage" = 1 ]; then
+        case " $slow_cases " in
+        *" $c "*) [ "$with_slow" = 1 ] && take=1 ;;
+        *) take=1 ;;
+        esac
+    else
+        for f in "$@"; do
+            case "$c" in *"$f"*) take=1 ;; esac
         done
-        echo "run-oclgrind.sh: left out (--slow runs them): $slow_cases"
     fi
+    [ "$take" = 1 ] && run_list="$run_list $c"
+done
+if [ "$check_coverage" = 1 ] && [ "$with_slow" = 0 ]; then
+    echo "run-oclgrind.sh: left out (--slow runs them): $slow_cases"
 fi
+if [ -z "$run_list" ]; then
+    echo "run-oclgrind.sh: no case matches: $*" >&2
+    exit 1
+fi
+
+# The cases in $jobs groups of about equal time, longest first into the group
+# with the least so far. The seconds are CI's (2 cores, 2026-11-28) for the
+# cases over 10 s, estimates for the slow ones; any other case counts 1.
+if [ -z "$jobs" ]; then
+    jobs=$(nproc 2>/dev/null || echo 1)
+    [ "$jobs" -gt 4 ] && jobs=4
+fi
+case "$jobs" in
+''|*[!0-9]*|0) echo "run-oclgrind.sh: --jobs takes a positive number" >&2; exit 2 ;;
+esac
+# shellcheck disable=SC2086 # the list is case names
+groups=$(python3 - "$jobs" $run_list <<'PYEND'
+import sys
+secs = {"gdn-chunked-f32-k16": 193, "attn-bwd-mma-bf16-d16-causal": 131,
+        "attention-wgmma-bf16-d64-gqa-causal": 128, "attention-mma-bf16-d32-causal": 76,
+        "attn-bwd-f16-d32-f32grad": 39, "attention-mma-f16-d16": 38,
+        "attn-bwd-bf16-d16-drop-qpos-clmem": 23, "gdn-chunked-f16-gpu-tiles": 21,
+        "paged-mma-gather-prefill-bf16-d16": 20, "paged-mma-decode-bf16-d16-split": 19,
+        "attn-bwd-f32-d16-causal": 12, "paged-mma-prefill-bf16-d16-ps1": 12,
+        "gdn-chunked-mma-bf16": 900, "gdn-chunked-mma-bf16-kv-long-clmem": 900,
+        "gdn-chunked-mma-fused-f16": 900, "gdn-chunked-bf16-kv-long": 110,
+        "attn-bwd-mma-f16-d16-qpos-clmem": 70}
+n, names = int(sys.argv[1]), sys.argv[2:]
+bins = [[0, []] for _ in range(min(n, len(names)))]
+for c in sorted(names, key=lambda c: -secs.get(c, 1)):
+    b = min(bins, key=lambda b: b[0])
+    b[0] += secs.get(c, 1)
+    b[1].append(c)
+for _, cs in bins:
+    print(" ".join(cs))
+PYEND
+)
+
+# One Oclgrind process per group, each with its own program cache, stdout and
+# stderr, joined afterwards (in group order) for the checks below.
 start=$(date +%s)
-set +e
-env LD_PRELOAD="$(readlink -f "$shim") $rt${LD_PRELOAD:+ $LD_PRELOAD}" \
-    OCLGRIND_CHECK_API=1 OCLGRIND_DATA_RACES=1 OCLGRIND_UNINITIALIZED=1 \
-    OCLGRIND_INST_COUNTS=1 OCLGRIND_MAX_ERRORS=100 \
-    OCLGRIND_BUILD_OPTIONS=-cl-opt-disable OCLGRIND_LOCAL_MEM_SIZE=49152 \
-    CLVARLEN_DEVICE=oclgrind CLVARLEN_KERNEL_PATH="$cl_dir" \
-    CLVARLEN_CACHE_DIR="$work/cache" \
-    "$cases" "$@" >"$out" 2>"$log"
-rc=$?
-set -e
+njobs=0
+pids=''
+while IFS= read -r group; do
+    njobs=$((njobs + 1))
+    mkdir -p "$work/job$njobs"
+    # shellcheck disable=SC2086 # the group is a list of case names
+    env LD_PRELOAD="$(readlink -f "$shim") $rt${LD_PRELOAD:+ $LD_PRELOAD}" \
+        OCLGRIND_CHECK_API=1 OCLGRIND_DATA_RACES=1 OCLGRIND_UNINITIALIZED=1 \
+        OCLGRIND_INST_COUNTS=1 OCLGRIND_MAX_ERRORS=100 \
+        OCLGRIND_BUILD_OPTIONS=-cl-opt-disable OCLGRIND_LOCAL_MEM_SIZE=49152 \
+        CLVARLEN_DEVICE=oclgrind CLVARLEN_KERNEL_PATH="$cl_dir" \
+        CLVARLEN_CACHE_DIR="$work/job$njobs/cache" \
+        "$cases" $group >"$work/job$njobs/out" 2>"$work/job$njobs/log" &
+    pids="$pids $!"
+done <<<"$groups"
+# The run's exit status: the first process's that did not pass, else 0; 77
+# (no Oclgrind device) only when every process said so.
+rc=0
+skipped=0
+for p in $pids; do
+    r=0
+    wait "$p" || r=$?
+    if [ "$r" = 77 ]; then
+        skipped=$((skipped + 1))
+    elif [ "$r" != 0 ] && [ "$rc" = 0 ]; then
+        rc=$r
+    fi
+done
+[ "$rc" = 0 ] && [ "$skipped" = "$njobs" ] && rc=77
+for j in $(seq 1 "$njobs"); do
+    cat "$work/job$j/out" >>"$out"
+    cat "$work/job$j/log" >>"$log"
+done
 grep -v -E '^(Instructions executed|  |$)' "$out" || true
-echo "run-oclgrind.sh: $(($(date +%s) - start)) s, exit status $rc"
+echo "run-oclgrind.sh: $(($(date +%s) - start)) s in $njobs process(es), exit status $rc"
 if [ -n "$keep" ]; then
     mkdir -p "$keep"
     cp "$log" "$keep/oclgrind.log"
