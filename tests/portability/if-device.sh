@@ -30,7 +30,11 @@ if ! "$1" list 2>/dev/null | grep -qi -- "$spec"; then
     echo "no OpenCL device matching '$spec': skipped"
     exit 77
 fi
-[ -n "$pattern" ] || exec "$@"
+if [ -z "$pattern" ]; then
+    [ -n "$mesa_cache" ] || exec "$@"
+    "$@"
+    exit $? # the trap removes the cache
+fi
 out=$(mktemp)
 trap 'rm -f "$out"; [ -z "$mesa_cache" ] || rm -rf "$mesa_cache"' EXIT
 "$@" >"$out" 2>&1
