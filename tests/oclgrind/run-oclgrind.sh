@@ -14,7 +14,8 @@
 #   --slow   also the cases listed in $slow_cases below (left out by default)
 #   --jobs   Oclgrind processes side by side (default OCLGRIND_JOBS, else the
 #            CPUs, at most 4): Oclgrind runs on one core, so on 2 cores two
-#            processes take about half the time of one (CI: 743 s in one)
+#            processes take about half the time of one (CI: 743 s in one);
+#            with --slow mind the memory (one slow case held 11 GiB)
 #   FILTER   only the cases whose names contain one of them (no coverage check)
 #
 # The slow cases: the emulated tensor-core gated delta path (gdn_chunk_prep,
