@@ -342,10 +342,98 @@ void attn_merge(long n_parts, long tokens, int heads, int dv, int dt, int part_d
 #endif
 #endif
 
+/* CV_ATTN_NEXP: the softmax's exponentials without a test per element (a
+ * row's maximum taken as 0 while it is -inf), by native_exp2 (1, for
+ * benchmarks: its accuracy is the device's) or, on NVIDIA (the default
+ * there), by ex2.approx.ftz.f32 (2: 2 ulp; NVIDIA's native_exp2 adds a
+ * fix-up for results below 2^-126, which beside the row maximum's 1 do not
+ * count). 0 (elsewhere): exp2, a row that has seen nothing tested. */
+#ifndef CV_ATTN_NEXP
+#define CV_ATTN_NEXP 0
+#endif
+#if CV_ATTN_NEXP == 2
+inline float attn_ex2(float x)
+{
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+#define ATTN_EXP2(x) attn_ex2(x)
+#else
+#define ATTN_EXP2(x) native_exp2(x)
+#endif
+/* CV_ATTN_FOLD (default on): without softcap the scores stay unscaled and
+ * the scale folds into the exponent, p = exp2(s f - m f), one FMA. Otherwise
+ * the scores are scaled after Q K^T. Q's chunks are never scaled as they are
+ * staged: that multiply made each work-item wait for the chunk's loads before
+ * the products that were to hide them (H200 f32 D 128: 3.5%). */
+#ifndef CV_ATTN_FOLD
+#define CV_ATTN_FOLD 1
+#endif
+/* CV_PF_OFF (default on for packed K/V, off for paged): see PF_OFFSETS. */
+#ifndef CV_PF_OFF
+#ifdef CV_PAGED
+#define CV_PF_OFF 0
+#else
+#define CV_PF_OFF 1
+#endif
+#endif
+#if CV_PF_OFF && defined(CV_PAGED)
+#error "CV_PF_OFF needs packed K/V"
+#endif
+
 /* The staging steps of attn_fwd (they use its variables). FETCH_QK issues the
  * loads of Q's and K's dimensions [d, d + DCH) for the key tile at kt with nv
  * valid keys into pf, FETCH_V those of V's keys [kt + kc, + KCH); STORE_QK
  * and STORE_V put pf in local memory. Rows past the sequence read as 0. */
+#if CV_PF_OFF
+/* The load offsets (elements) of this work-item's pieces of a chunk are the
+ * same for every chunk but for the chunk's start: PF_OFFSETS computes them
+ * once, and a chunk's loads add the start (on NVIDIA the index arithmetic of
+ * each load was about a fifth of a chunk's instructions). A piece past the
+ * tile gets row INT_MAX, which every bound test fails. */
+#define PF_OFFSETS()                                                                           \
+    size_t qo_[NQ4], ko_[NK4], vo_[NV4];                                                       \
+    int qr_[NQ4], kj_[NK4], vj_[NV4];                                                          \
+    CV_UNROLL                                                                                  \
+    for (int t_ = 0; t_ < NQ4; t_++) {                                                         \
+        const int e_ = lid + t_ * WG_SIZE, r_ = e_ / (DCH / 4), c_ = e_ % (DCH / 4);            \
+        qr_[t_] = e_ < BLOCK_M * (DCH / 4) ? r_ : INT_MAX;                                     \
+        qo_[t_] = (size_t)(q0 + row0 + min(r_, rows - 1)) * q_stride + (size_t)h * HEAD_DIM +  \
+                  4 * c_;                                                                      \
+    }                                                                                          \
+    CV_UNROLL                                                                                  \
+    for (int t_ = 0; t_ < NK4; t_++) {                                                         \
+        const int e_ = lid + t_ * WG_SIZE, j_ = e_ / (DCH / 4), c_ = e_ % (DCH / 4);            \
+        kj_[t_] = e_ < BLOCK_N * (DCH / 4) ? j_ : INT_MAX;                                     \
+        ko_[t_] = (size_t)(k0 + min(j_, BLOCK_N - 1)) * k_stride + (size_t)kvh * HEAD_DIM +    \
+                  4 * c_;                                                                      \
+    }                                                                                          \
+    CV_UNROLL                                                                                  \
+    for (int t_ = 0; t_ < NV4; t_++) {                                                         \
+        const int e_ = lid + t_ * WG_SIZE, j_ = e_ / V4, c_ = e_ % V4;                         \
+        vj_[t_] = e_ < KCH * V4 ? j_ : INT_MAX;                                                \
+        vo_[t_] = (size_t)(k0 + min(j_, KCH - 1)) * v_stride + (size_t)kvh * HEAD_DIM_V +      \
+                  4 * c_;                                                                      \
+    }
+#define FETCH_QK(d, kt, nv)                                                                    \
+    do {                                                                                       \
+        const size_t kt_ = (size_t)(kt) * k_stride + (d);                                      \
+        CV_UNROLL                                                                              \
+        for (int t_ = 0; t_ < NQ4; t_++) {                                                     \
+            pf[t_] = (float4)(0.0f);                                                           \
+            if (qr_[t_] < rows)                                                                \
+                pf[t_] = LOAD_ACT4(qb, qo_[t_] + (d));                                         \
+        }                                                                                      \
+        CV_UNROLL                                                                              \
+        for (int t_ = 0; t_ < NK4; t_++) {                                                     \
+            pf[NQ4 + t_] = (float4)(0.0f);                                                     \
+            if (kj_[t_] < (nv))                                                                \
+                pf[NQ4 + t_] = LOAD_ACT4(kb_, ko_[t_] + kt_);                                  \
+        }                                                                                      \
+    } while (0)
+#else
+#define PF_OFFSETS()
 #define FETCH_QK(d, kt, nv)                                                                    \
     do {                                                                                       \
         CV_UNROLL                                                                              \
@@ -354,8 +442,7 @@ void attn_merge(long n_parts, long tokens, int heads, int dv, int dt, int part_d
             pf[t_] = (float4)(0.0f);                                                           \
             if (e_ < BLOCK_M * (DCH / 4) && r_ < rows)                                         \
                 pf[t_] = LOAD_ACT4(qb, (size_t)(q0 + row0 + r_) * q_stride +                   \
-                                           (size_t)h * HEAD_DIM + (d) + 4 * c_) *             \
-                         qscale;                                                               \
+                                           (size_t)h * HEAD_DIM + (d) + 4 * c_);              \
         }                                                                                      \
         CV_UNROLL                                                                              \
         for (int t_ = 0; t_ < NK4; t_++) {                                                     \
@@ -366,6 +453,7 @@ void attn_merge(long n_parts, long tokens, int heads, int dv, int dt, int part_d
                                                   (size_t)kvh * HEAD_DIM + (d) + 4 * c_);      \
         }                                                                                      \
     } while (0)
+#endif
 #define STORE_QK()                                                                             \
     do {                                                                                       \
         CV_UNROLL                                                                              \
@@ -381,6 +469,18 @@ void attn_merge(long n_parts, long tokens, int heads, int dv, int dt, int part_d
                 Kc[e_ / (DCH / 4) * QS4 + e_ % (DCH / 4)] = pf[NQ4 + t_];                      \
         }                                                                                      \
     } while (0)
+#if CV_PF_OFF
+#define FETCH_V(kt, kc, nv)                                                                    \
+    do {                                                                                       \
+        const size_t kt_ = (size_t)((kt) + (kc)) * v_stride;                                   \
+        CV_UNROLL                                                                              \
+        for (int t_ = 0; t_ < NV4; t_++) {                                                     \
+            pf[t_] = (float4)(0.0f);                                                           \
+            if (vj_[t_] < (nv) - (kc))                                                         \
+                pf[t_] = LOAD_ACT4(vb, vo_[t_] + kt_);                                         \
+        }                                                                                      \
+    } while (0)
+#else
 #define FETCH_V(kt, kc, nv)                                                                    \
     do {                                                                                       \
         CV_UNROLL                                                                              \
@@ -392,6 +492,7 @@ void attn_merge(long n_parts, long tokens, int heads, int dv, int dt, int part_d
                                            (size_t)kvh * HEAD_DIM_V + 4 * c_);                \
         }                                                                                      \
     } while (0)
+#endif
 #define STORE_V()                                                                              \
     do {                                                                                       \
         CV_UNROLL                                                                              \
@@ -496,7 +597,9 @@ void attn_fwd(__global const uchar *q, ulong q_off, long q_stride,
     __global const uchar *qb = q + q_off;
     __global const uchar *kb_ = k + k_off;
     __global const uchar *vb = v + v_off;
-    const float qscale = softcap > 0.0f ? scale : scale_log2;
+    const bool fold = CV_ATTN_FOLD && softcap == 0.0f && scale_log2 > 0.0f;
+    const float qscale = fold ? 1.0f : softcap > 0.0f ? scale : scale_log2;
+    const float f = fold ? scale_log2 : 1.0f;
 
     if (lid == 0) {
         range[0] = INT_MAX;
@@ -552,6 +655,10 @@ void attn_fwd(__global const uchar *q, ulong q_off, long q_stride,
      * Q and K dimensions) are issued before the products of the current one,
      * so they arrive while those run. */
     float4 pf[NPF];
+    PF_OFFSETS()
+    /* This work-item's first Q and K rows in the staged chunk: the reads add
+     * constants to these (NVIDIA's compiler formed each K address anew). */
+    __local const float4 *const Qt = Qc + ty * QS4, *const Kt = Kc + tx * QS4;
     if (kmin <= kmax)
         FETCH_QK(0, kmin, min(BLOCK_N, kmax + 1 - kmin));
 
@@ -579,10 +686,10 @@ void attn_fwd(__global const uchar *q, ulong q_off, long q_stride,
                 float4 qv[TM], kv[TN];
                 CV_UNROLL
                 for (int i = 0; i < TM; i++)
-                    qv[i] = Qc[(ty + TY * i) * QS4 + c4];
+                    qv[i] = Qt[TY * i * QS4 + c4];
                 CV_UNROLL
                 for (int j = 0; j < TN; j++)
-                    kv[j] = Kc[(tx + TX * j) * QS4 + c4];
+                    kv[j] = Kt[TX * j * QS4 + c4];
                 CV_UNROLL
                 for (int i = 0; i < TM; i++)
                     CV_UNROLL
@@ -595,9 +702,16 @@ void attn_fwd(__global const uchar *q, ulong q_off, long q_stride,
             }
         }
 
-        /* Softcap (a loop under one test: a test per element kept the
-         * elements apart in NVIDIA's code), masks and the row maxima (TX
-         * partial maxima per row). */
+        /* The scale unless it folds into the exponent, softcap (loops under
+         * one test: a test per element kept the elements apart in NVIDIA's
+         * code), masks and the row maxima (TX partial maxima per row). */
+        if (!fold) {
+            CV_UNROLL
+            for (int i = 0; i < TM; i++)
+                CV_UNROLL
+                for (int j = 0; j < TN; j++)
+                    s[i][j] *= qscale;
+        }
         if (softcap > 0.0f) {
             CV_UNROLL
             for (int i = 0; i < TM; i++)
@@ -637,12 +751,23 @@ void attn_fwd(__global const uchar *q, ulong q_off, long q_stride,
             float mx = m[i];
             RED_ROW(mx, r, fmax);
 #endif
+#if CV_ATTN_NEXP
+            /* A row that has seen nothing yet subtracts 0: p = exp2(-inf) = 0,
+             * alpha = 0 against an accumulator and a sum that are 0. */
+            const float mu = mx == -INFINITY ? 0.0f : mx, nb = -mu * f;
+            const float alpha = ATTN_EXP2((m[i] - mu) * f);
+#else
             /* A row that has seen nothing yet keeps p = 0 and alpha = 1. */
-            const float alpha = mx == -INFINITY ? 1.0f : exp2(m[i] - mx);
+            const float alpha = mx == -INFINITY ? 1.0f : exp2((m[i] - mx) * f), nb = -mx * f;
+#endif
             float ps = 0.0f;
             CV_UNROLL
             for (int j = 0; j < TN; j++) {
-                float p = s[i][j] == -INFINITY ? 0.0f : exp2(s[i][j] - mx);
+#if CV_ATTN_NEXP
+                float p = ATTN_EXP2(fma(s[i][j], f, nb));
+#else
+                float p = s[i][j] == -INFINITY ? 0.0f : exp2(fma(s[i][j], f, nb));
+#endif
                 ps += p;
 #ifdef CV_DROPOUT /* l sums the undropped p (SPEC 1.2) */
                 if (p != 0.0f)
@@ -737,7 +862,7 @@ void attn_fwd(__global const uchar *q, ulong q_off, long q_stride,
             STORE_ACT(ob, tok * o_stride + (size_t)h * HEAD_DIM_V + OCOL(c), acc[i][c] * inv);
         if (tx == 0 && lse)
             CV_PTR(float, lse, lse_off)[(size_t)h * total_q + tok] =
-                lt > 0.0f ? (m[i] + log2(lt)) * ln2 : -INFINITY;
+                lt > 0.0f ? (m[i] * f + log2(lt)) * ln2 : -INFINITY;
     }
 }
 

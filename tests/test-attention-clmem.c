@@ -408,13 +408,18 @@ END_TEST
  * a time), V staged four keys at a time (several V chunks per key tile); and
  * NVIDIA's tiles (64 x 64, 256 work-items, Q and K 32 dimensions at a time)
  * with the chunk loops partly unrolled, at head dims 128 (V read in float4s)
- * and 96 (one float at a time). Each against the oracle, causal with GQA and
- * non-causal with lq != lk, sequences of several key tiles. */
+ * and 96 (one float at a time); and the forms the defaults do not take on
+ * PoCL: load offsets computed per load (poff=0), the scale applied to the
+ * scores rather than folded into the exponent (pfold=0), and exponentials by
+ * native_exp2 without a test per element (pnexp=1). Each against the oracle,
+ * causal with GQA and non-causal with lq != lk, sequences of several key
+ * tiles. */
 START_TEST(test_portable_tiles)
 {
     static const char *const variants[] = {
         "ptx=2,pwg=16,pkch=4",
         "pwg=256,pbm=64,pbn=64,pdch=32,pkch=16,punr=2,ppvunr=2",
+        "pwg=128,pbm=64,pbn=64,pkch=16,poff=0,pfold=0,pnexp=1",
     };
     unsetenv("CLVARLEN_ATTENTION_KERNEL");
     for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++) {

@@ -328,8 +328,18 @@ static clvarlen_status portable_cfg(clvarlen_context *ctx, const char *fn, const
     int ty = wg / tx;
     /* Q and K DCH dimensions at a time (a divisor of the head dim), V KCH keys
      * (both whole float4s: at least 4) */
-    const int dch_want =
-        portable_knob("pdch", ctx->tuning.attn_dch ? (int)ctx->tuning.attn_dch : 16);
+    int dch_def = ctx->tuning.attn_dch ? (int)ctx->tuning.attn_dch : 16;
+    /* NVIDIA: wider Q/K chunks while a work-item's accumulators and its
+     * prefetched chunk (floats) stay within 80 of its 255 registers (H200 f32:
+     * D 64 and 256 at 32 dimensions 0.53x and 0.50x of the FMA rate against
+     * 0.50x and 0.47x at 16; D 128 stays at 16, 0.55x against 0.52x at 32) */
+    if (ctx->device.vendor == CLVARLEN_VENDOR_NVIDIA && !cpu_dev) {
+        const int acc = bm / ty * (d->head_dim_v / tx);
+        while (dch_def < 64 && d->head_dim % (2 * dch_def) == 0 &&
+               acc + (bm + bn) * 2 * dch_def / wg <= 80)
+            dch_def *= 2;
+    }
+    const int dch_want = portable_knob("pdch", dch_def);
     const int dch = dch_want >= 4 && d->head_dim % dch_want == 0 ? dch_want : 16;
     /* A table's V chunk (attn_kch keys) is sized for head dim 128: narrower
      * heads take more keys, the same floats (H100 f32 D 64: 16 keys 0.46x of
@@ -389,6 +399,16 @@ static clvarlen_status portable_cfg(clvarlen_context *ctx, const char *fn, const
     if (ctx->device.vendor == CLVARLEN_VENDOR_NVIDIA && wg % 32 == 0 &&
         cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "pshfl", d->head_dim_v <= 128))
         cfg_add(cfg, " -DCV_NV_SHFL=1");
+    if (!cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "poff", 1)) /* for A/B runs */
+        cfg_add(cfg, " -DCV_PF_OFF=0");
+    if (!cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "pfold", 1))
+        cfg_add(cfg, " -DCV_ATTN_FOLD=0");
+    const bool nv = ctx->device.vendor == CLVARLEN_VENDOR_NVIDIA;
+    int nexp = cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "pnexp", nv ? 2 : 0);
+    if (nexp > 2 || (nexp == 2 && !nv))
+        nexp = 1;
+    if (nexp > 0)
+        cfg_add(cfg, " -DCV_ATTN_NEXP=%d", nexp);
     if (unroll[0] > 0) /* the chunk loops' unrolling (for benchmarks) */
         cfg_add(cfg, " -DS_UNROLL=%d", unroll[0]);
     if (unroll[1] > 0)

@@ -98,9 +98,10 @@ void cv_tuning_for(const clvarlen_device_info *info, cv_tuning *t)
          * bandwidth (N 256, 1024) against 0.82x at 16 columns with the prefetch,
          * token-by-token prefill 1.5x faster; attention's portable kernel best
          * at 128 work-items (8 x 8 outputs each), staging Q and K 16
-         * dimensions and V 8 keys at a time (f32, 16 x 16384, D 128 on the
-         * H100: 29.6 TFLOP/s, 0.48x the FMA rate, against 26.1 at 256
-         * work-items, 32 dimensions and 16 keys; docs/PERFORMANCE.md). */
+         * dimensions (wider where registers allow, lib/attention) and V 16
+         * keys at a time (f32, 16 x 16384, D 128 on the H200: 33.9 TFLOP/s,
+         * 0.55x the FMA rate, against 31.5 at 32 keys and 32.2 at 32
+         * dimensions; docs/PERFORMANCE.md). */
         t->gdn_v_tile = 32;
         t->gdn_wg = 128;
         t->gdn_k_lanes = 16;
@@ -109,7 +110,7 @@ void cv_tuning_for(const clvarlen_device_info *info, cv_tuning *t)
         t->attn_block_n = 64;
         t->attn_wg = 128;
         t->attn_dch = 16;
-        t->attn_kch = 8;
+        t->attn_kch = 16;
         /* mma.sync.m16n8k16 with bf16 needs sm_80 or later. */
         t->nvidia_mma = info->cc_major >= 8;
         break;
