@@ -119,10 +119,10 @@ inline float2 mma_p_ds(float s, float dp, float lse2, float dl, bool vis, float 
 {
 #ifdef BWD_SOFTCAP
     const float th = tanh(s * scale / softcap);
-    const float p = native_exp2(softcap * th * M_LOG2E_F - lse2), deriv = 1.0f - th * th;
+    const float p = cv_ex2(softcap * th * M_LOG2E_F - lse2), deriv = 1.0f - th * th;
     return vis ? (float2)(p, p * (dp - dl) * deriv * scale) : (float2)(0.0f);
 #else
-    const float p = native_exp2(fma(s, scale_log2, -lse2));
+    const float p = cv_ex2(fma(s, scale_log2, -lse2));
     return vis ? (float2)(p, p * (dp - dl) * scale) : (float2)(0.0f);
 #endif
 }

@@ -649,18 +649,18 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
             /* Rows that have seen nothing yet subtract 0: p = exp2(-inf) = 0. */
             const float mu0 = mn0 == -INFINITY ? 0.0f : mn0;
             const float mu1 = mn1 == -INFINITY ? 0.0f : mn1;
-            const float al0 = native_exp2((m[2 * mt] - mu0) * f);
-            const float al1 = native_exp2((m[2 * mt + 1] - mu1) * f);
+            const float al0 = cv_ex2((m[2 * mt] - mu0) * f);
+            const float al1 = cv_ex2((m[2 * mt + 1] - mu1) * f);
             const float nb0 = -mu0 * f, nb1 = -mu1 * f;
             m[2 * mt] = mn0;
             m[2 * mt + 1] = mn1;
             float ps0 = 0.0f, ps1 = 0.0f;
             UNROLL
             for (int n = 0; n < NT_S; n++) {
-                float p0 = native_exp2(fma(s[mt][n].x, f, nb0));
-                float p1 = native_exp2(fma(s[mt][n].y, f, nb0));
-                float p2 = native_exp2(fma(s[mt][n].z, f, nb1));
-                float p3 = native_exp2(fma(s[mt][n].w, f, nb1));
+                float p0 = cv_ex2(fma(s[mt][n].x, f, nb0));
+                float p1 = cv_ex2(fma(s[mt][n].y, f, nb0));
+                float p2 = cv_ex2(fma(s[mt][n].z, f, nb1));
+                float p3 = cv_ex2(fma(s[mt][n].w, f, nb1));
                 ps0 += p0 + p1;
                 ps1 += p2 + p3;
                 /* The A fragment of P for k16 block n / 2 (see the header comment). */

@@ -343,25 +343,14 @@ void attn_merge(long n_parts, long tokens, int heads, int dv, int dt, int part_d
 #endif
 
 /* CV_ATTN_NEXP: the softmax's exponentials without a test per element (a
- * row's maximum taken as 0 while it is -inf), by native_exp2 (1, for
- * benchmarks: its accuracy is the device's) or, on NVIDIA (the default
- * there), by ex2.approx.ftz.f32 (2: 2 ulp; NVIDIA's native_exp2 adds a
- * fix-up for results below 2^-126, which beside the row maximum's 1 do not
- * count). 0 (elsewhere): exp2, a row that has seen nothing tested. */
+ * row's maximum taken as 0 while it is -inf), by cv_ex2: native_exp2 (for
+ * benchmarks: its accuracy is the device's) or, with -DCV_NV_EX2=1 on
+ * NVIDIA (the default there), ex2.approx.ftz.f32 (2 ulp). 0 (elsewhere):
+ * exp2, a row that has seen nothing tested. */
 #ifndef CV_ATTN_NEXP
 #define CV_ATTN_NEXP 0
 #endif
-#if CV_ATTN_NEXP == 2
-inline float attn_ex2(float x)
-{
-    float r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-    return r;
-}
-#define ATTN_EXP2(x) attn_ex2(x)
-#else
-#define ATTN_EXP2(x) native_exp2(x)
-#endif
+#define ATTN_EXP2(x) cv_ex2(x) /* cl/common.clh */
 /* CV_ATTN_FOLD (default on): without softcap the scores stay unscaled and
  * the scale folds into the exponent, p = exp2(s f - m f), one FMA. Otherwise
  * the scores are scaled after Q K^T. Q's chunks are never scaled as they are

@@ -188,10 +188,11 @@ static void wgmma_options(const clvarlen_context *ctx, const cv_attn_desc *d,
                    cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "wgqs", 1) != 0;
     snprintf(options, size,
              "-DCV_DTYPE=%d -DHEAD_DIM=%d -DBLOCK_M=64 -DBLOCK_N=%d -DCV_WGMMA=1 -DCV_WG_SW=%d"
-             "%s%s%s",
+             "%s%s%s%s",
              cv_dtype_kernel_code(d->dtype), (int)d->head_dim, wgmma_block_n(d), swz,
              qs ? " -DCV_WG_QS=1" : "",
-             pack ? " -DCV_GQA_PACK=1" : "", nv ? " -DCV_NV_PTX=1 " CV_SM90A_OPTION : "");
+             pack ? " -DCV_GQA_PACK=1" : "", nv ? " -DCV_NV_PTX=1 " CV_SM90A_OPTION : "",
+             cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "ex2", 1) ? "" : " -DCV_NV_EX2=0");
 }
 
 bool cv_attn_wgmma_forced(void)
@@ -286,6 +287,8 @@ static clvarlen_status mma_cfg(clvarlen_context *ctx, const char *fn, const cv_a
         cfg_add(cfg, " -DCV_GQA_PACK=1");
         cfg->row_mult = d->heads_q / d->heads_kv;
     }
+    if (!cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "ex2", 1)) /* for A/B runs */
+        cfg_add(cfg, " -DCV_NV_EX2=0");
     return CLVARLEN_SUCCESS;
 }
 
@@ -408,7 +411,7 @@ static clvarlen_status portable_cfg(clvarlen_context *ctx, const char *fn, const
     if (nexp > 2 || (nexp == 2 && !nv))
         nexp = 1;
     if (nexp > 0)
-        cfg_add(cfg, " -DCV_ATTN_NEXP=%d", nexp);
+        cfg_add(cfg, " -DCV_ATTN_NEXP=1%s", nexp == 2 ? " -DCV_NV_EX2=1" : "");
     if (unroll[0] > 0) /* the chunk loops' unrolling (for benchmarks) */
         cfg_add(cfg, " -DS_UNROLL=%d", unroll[0]);
     if (unroll[1] > 0)

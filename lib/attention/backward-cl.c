@@ -95,13 +95,14 @@ static void bwd_config(const clvarlen_context *ctx, const cv_bwd_desc *bd, const
         cfg->query_tile = 16 * MMA_WARPS;
         cfg->wg = 32 * MMA_WARPS;
         snprintf(cfg->opts, sizeof cfg->opts,
-                 "-DCV_DTYPE=%d -DHEAD_DIM=%d -DNWARPS=%d -DBM_KV=%d -DNSTAGE=%d -DBN_Q=%d%s%s%s%s",
+                 "-DCV_DTYPE=%d -DHEAD_DIM=%d -DNWARPS=%d -DBM_KV=%d -DNSTAGE=%d -DBN_Q=%d%s%s%s%s%s",
                  cv_dtype_kernel_code(d->dtype), (int)d->head_dim, MMA_WARPS,
                  stage2 ? 16 : MMA_BM_KV, stage2 ? 2 : 1,
                  !cfg->wgmma && knob("bnq", MMA_BN_Q) == 16 ? 16 : MMA_BN_Q,
                  bd->grad_dtype == CLVARLEN_DTYPE_F32 ? " -DGRAD_F32=1" : "",
                  d->softcap > 0.0f ? " -DBWD_SOFTCAP=1" : "", pair,
-                 nv ? (cfg->wgmma ? " -DCV_NV_PTX=1 " CV_SM90A_OPTION : " -DCV_NV_PTX=1") : "");
+                 nv ? (cfg->wgmma ? " -DCV_NV_PTX=1 " CV_SM90A_OPTION : " -DCV_NV_PTX=1") : "",
+                 knob("ex2", 1) ? "" : " -DCV_NV_EX2=0");
         return;
     }
     int maxd = d->head_dim > d->head_dim_v ? d->head_dim : d->head_dim_v;
