@@ -343,14 +343,13 @@ void attn_merge(long n_parts, long tokens, int heads, int dv, int dt, int part_d
 #endif
 
 /* CV_ATTN_NEXP: the softmax's exponentials without a test per element (a
- * row's maximum taken as 0 while it is -inf), by cv_ex2: native_exp2 (for
+ * row's maximum taken as 0 while it is -inf), by cv_ex2 (cl/common.clh): native_exp2 (for
  * benchmarks: its accuracy is the device's) or, with -DCV_NV_EX2=1 on
  * NVIDIA (the default there), ex2.approx.ftz.f32 (2 ulp). 0 (elsewhere):
  * exp2, a row that has seen nothing tested. */
 #ifndef CV_ATTN_NEXP
 #define CV_ATTN_NEXP 0
 #endif
-#define ATTN_EXP2(x) cv_ex2(x) /* cl/common.clh */
 /* CV_ATTN_FOLD (default on): without softcap the scores stay unscaled and
  * the scale folds into the exponent, p = exp2(s f - m f), one FMA. Otherwise
  * the scores are scaled after Q K^T. Q's chunks are never scaled as they are
@@ -744,7 +743,7 @@ void attn_fwd(__global const uchar *q, ulong q_off, long q_stride,
             /* A row that has seen nothing yet subtracts 0: p = exp2(-inf) = 0,
              * alpha = 0 against an accumulator and a sum that are 0. */
             const float mu = mx == -INFINITY ? 0.0f : mx, nb = -mu * f;
-            const float alpha = ATTN_EXP2((m[i] - mu) * f);
+            const float alpha = cv_ex2((m[i] - mu) * f);
 #else
             /* A row that has seen nothing yet keeps p = 0 and alpha = 1. */
             const float alpha = mx == -INFINITY ? 1.0f : exp2((m[i] - mx) * f), nb = -mx * f;
@@ -753,7 +752,7 @@ void attn_fwd(__global const uchar *q, ulong q_off, long q_stride,
             CV_UNROLL
             for (int j = 0; j < TN; j++) {
 #if CV_ATTN_NEXP
-                float p = ATTN_EXP2(fma(s[i][j], f, nb));
+                float p = cv_ex2(fma(s[i][j], f, nb));
 #else
                 float p = s[i][j] == -INFINITY ? 0.0f : exp2(fma(s[i][j], f, nb));
 #endif
