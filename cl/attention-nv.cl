@@ -28,9 +28,11 @@
  * loader's PTX patch step): the two products on wgmma (cl/nv-wgmma.clh)
  * instead of mma.sync, the same algorithm around them. BLOCK_M 64 (the
  * work-group is one warpgroup, warp w owning rows 16 w .., as above), BLOCK_N
- * 64 with HEAD_DIM 64, 96 or 128 (32 with 256, Q in registers), packed K/V
- * only; with CV_GQA_PACK for prefill too (each K/V tile staged once for all
- * query heads of its KV head). K and V
+ * 64 with HEAD_DIM 64, 96 or 128 (32 with 256, Q in registers); or BLOCK_M
+ * 128 (two warpgroups, each the products of its 64 rows) with BLOCK_N 32,
+ * Q in local memory, HEAD_DIM up to 128; packed K/V only; with CV_GQA_PACK
+ * for prefill too (each K/V tile staged once for all query heads of its KV
+ * head). K and V
  * tiles are staged by cp.async in the 128-byte swizzled layout (CV_WG_SW=1,
  * the default; 0: as unswizzled core matrices, 8 rows of 16 bytes) that the
  * tensor cores read by descriptor: S = Q K^T with K as the K-major operand,
@@ -63,6 +65,12 @@
  * sequences). */
 #define WARP_MT 1
 #define WARP_ROWS (16 * WARP_MT)
+/* CV_ATTN_LAZY (default 1): the online softmax rescales O and l only when a
+ * row's maximum grew by more than 8 in base 2 (see the softmax below); 0
+ * rescales at every tile. */
+#ifndef CV_ATTN_LAZY
+#define CV_ATTN_LAZY 1
+#endif
 #define NWARPS (BLOCK_M / WARP_ROWS)
 #define WG_SIZE (NWARPS * 32)
 #define SROW (HEAD_DIM + 8)          /* padded local row, in 16-bit elements */
@@ -72,10 +80,11 @@
 #define CPR (HEAD_DIM / 8)           /* 16-byte chunks per row */
 #define Q_ELEMS (BLOCK_M * SROW)
 #ifdef CV_WGMMA
-#if BLOCK_M != 64 || defined(Q_SMEM) || defined(CV_PAGED) ||                                   \
-    !(BLOCK_N == 64 && (HEAD_DIM == 64 || HEAD_DIM == 96 || HEAD_DIM == 128) ||                 \
-      BLOCK_N == 32 && HEAD_DIM == 256 && !CV_WG_QS)
-#error "CV_WGMMA: BLOCK_M 64; BLOCK_N 64, HEAD_DIM 64/96/128 or 32, 256 (not CV_WG_QS); packed K/V"
+#if defined(Q_SMEM) || defined(CV_PAGED) ||                                                  \
+    !(BLOCK_M == 64 && BLOCK_N == 64 && (HEAD_DIM == 64 || HEAD_DIM == 96 || HEAD_DIM == 128) || \
+      BLOCK_M == 64 && BLOCK_N == 32 && HEAD_DIM == 256 && !CV_WG_QS ||                         \
+      BLOCK_M == 128 && BLOCK_N == 32 && HEAD_DIM <= 128 && CV_WG_QS)
+#error "CV_WGMMA: BLOCK_M x BLOCK_N 64 x 64 (HEAD_DIM 64/96/128), 64 x 32 (256, not CV_WG_QS) or 128 x 32 (<= 128, CV_WG_QS); packed K/V"
 #endif
 /* CV_WG_SW: the K and V tiles in the 128-byte swizzled layout (default), 0
  * the unswizzled core matrices (see the staging macros below). */
@@ -191,9 +200,11 @@
  * same for K and V: the tile's head dim in column blocks of 64 elements
  * (BLOCK_N * 128 bytes each), in each key r's 128-byte row at r * 128, its
  * 16-byte chunk c at (c ^ (r % 8)) * 16. Work-item lid takes chunk lid % 8 of
- * rows lid / 8 + 16 i: each warp instruction reads four whole 128-byte rows
- * and writes 512 contiguous bytes, and its local offsets and global
- * addresses are fixed per work-item up to a constant step. */
+ * rows lid / 8 + SW_RPP i (SW_RPP = WG_SIZE / 8): each warp instruction
+ * reads four whole 128-byte rows and writes 512 contiguous bytes, and its
+ * local offsets and global addresses are fixed per work-item up to a
+ * constant step. */
+#define SW_RPP (WG_SIZE / 8) /* rows per pass: 16, or 32 with two warpgroups */
 #define STAGE_SW(dst, base, j0, nrows, stride, col0)                                            \
     do {                                                                                       \
         const int c_ = lid & 7, r0_ = lid >> 3;                                                \
@@ -203,12 +214,12 @@
         __global const uchar *pr_ = p0_ + (size_t)r0_ * (size_t)(stride) * 2;                  \
         UNROLL                                                                                 \
         for (int i_ = 0; i_ < BLOCK_N * WG_DPAD / 8 / WG_SIZE; i_++) {                         \
-            const int m_ = i_ % (BLOCK_N / 16), h_ = i_ / (BLOCK_N / 16);                      \
-            const bool ok_ = r0_ + 16 * m_ < (nrows);                                          \
+            const int m_ = i_ % (BLOCK_N / SW_RPP), h_ = i_ / (BLOCK_N / SW_RPP);              \
+            const bool ok_ = r0_ + SW_RPP * m_ < (nrows);                                      \
             __global const uchar *src_ =                                                       \
-                pr_ + (size_t)(16 * m_) * (size_t)(stride) * 2 + (size_t)h_ * 128;             \
+                pr_ + (size_t)(SW_RPP * m_) * (size_t)(stride) * 2 + (size_t)h_ * 128;         \
             if (HEAD_DIM % 64 == 0 || h_ * 8 + c_ < CPR)                                       \
-                cp_async16(d_ + h_ * (BLOCK_N * 64) + m_ * (16 * 64), ok_ ? src_ : p0_,       \
+                cp_async16(d_ + h_ * (BLOCK_N * 64) + m_ * (SW_RPP * 64), ok_ ? src_ : p0_,   \
                            ok_ ? 16 : 0);                                                      \
         }                                                                                      \
     } while (0)
@@ -276,9 +287,30 @@
 #define STAGE_V STAGE_KEYS
 #endif
 #ifdef CV_WGMMA
-/* The two products on the tiles Ks and Vs: S (this warp's 16 x 64 part) +=
- * Q K^T, O += P V. */
+/* The two products on the tiles Ks and Vs: S (this warp's 16 x BLOCK_N part)
+ * += Q K^T, O += P V. */
+#if BLOCK_M == 128
+/* Two warpgroups, each the A operand's 64 rows of Q's tile (warpgroup w's at
+ * row 64 w of every column block), sharing 32-key K and V tiles: each K/V
+ * byte staged from L2 serves 128 query rows, twice the 64-row form's. */
+#define WG_QA (smem + (warp >> 2) * (64 * 64))
 #if HEAD_DIM == 128
+#define WG_PV(acc, a, z) WG_RS(128, 2, 1, KV_SW, acc, a, Vs, V_LBO, V_SBO, V_STEP, V_STEP4, z)
+#define WG_QK(acc, a, z)                                                                       \
+    WG_SS(32, 8, 0, 1, acc, WG_QA, K_LBO, K_SBO, K_STEP, BLOCK_M * 128, Ks, K_LBO, K_SBO, K_STEP, \
+          K_STEP4)
+#elif HEAD_DIM == 96
+#define WG_PV(acc, a, z) WG_RS(96, 2, 1, KV_SW, acc, a, Vs, V_LBO, V_SBO, V_STEP, V_STEP4, z)
+#define WG_QK(acc, a, z)                                                                       \
+    WG_SS(32, 6, 0, 1, acc, WG_QA, K_LBO, K_SBO, K_STEP, BLOCK_M * 128, Ks, K_LBO, K_SBO, K_STEP, \
+          K_STEP4)
+#else /* HEAD_DIM 64 */
+#define WG_PV(acc, a, z) WG_RS(64, 2, 1, KV_SW, acc, a, Vs, V_LBO, V_SBO, V_STEP, V_STEP4, z)
+#define WG_QK(acc, a, z)                                                                       \
+    WG_SS(32, 4, 0, 1, acc, WG_QA, K_LBO, K_SBO, K_STEP, BLOCK_M * 128, Ks, K_LBO, K_SBO, K_STEP, \
+          K_STEP4)
+#endif
+#elif HEAD_DIM == 128
 #define WG_PV(acc, a, z) WG_RS(128, 4, 1, KV_SW, acc, a, Vs, V_LBO, V_SBO, V_STEP, V_STEP4, z)
 #if WG_QLOCAL /* Q from local memory (its tile at smem, K's layout) */
 #define WG_QK(acc, a, z)                                                                       \
@@ -645,13 +677,37 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
             mx0 = fmax(mx0, shfl_xor(mx0, 2));
             mx1 = fmax(mx1, shfl_xor(mx1, 1));
             mx1 = fmax(mx1, shfl_xor(mx1, 2));
-            const float mn0 = fmax(m[2 * mt], mx0), mn1 = fmax(m[2 * mt + 1], mx1);
+            const float mo0 = m[2 * mt], mo1 = m[2 * mt + 1];
+            float mn0 = fmax(mo0, mx0), mn1 = fmax(mo1, mx1);
+#if CV_ATTN_LAZY
+            /* A row keeps its running max until this tile's exceeds it by
+             * more than 8 in base 2, so p <= 2^8, and O and l stay scaled by
+             * the kept max; the warp rescales only when one of its rows
+             * moved, which after the first tiles is rare. (A row that has
+             * seen nothing, -inf to -inf, gives NaN > 8: false.) */
+            const int up0 = (mn0 - mo0) * f > 8.0f, up1 = (mn1 - mo1) * f > 8.0f;
+            mn0 = up0 ? mn0 : mo0;
+            mn1 = up1 ? mn1 : mo1;
+            const int rescale = warp_any(up0 | up1);
+#else
+            const int rescale = 1;
+#endif
             /* Rows that have seen nothing yet subtract 0: p = exp2(-inf) = 0. */
             const float mu0 = mn0 == -INFINITY ? 0.0f : mn0;
             const float mu1 = mn1 == -INFINITY ? 0.0f : mn1;
-            const float al0 = cv_ex2((m[2 * mt] - mu0) * f);
-            const float al1 = cv_ex2((m[2 * mt + 1] - mu1) * f);
             const float nb0 = -mu0 * f, nb1 = -mu1 * f;
+            if (rescale) {
+                const float al0 = cv_ex2((mo0 - mu0) * f), al1 = cv_ex2((mo1 - mu1) * f);
+                l[2 * mt] *= al0;
+                l[2 * mt + 1] *= al1;
+                UNROLL
+                for (int n = 0; n < NT_O; n++) {
+                    oacc[mt][n].x *= al0;
+                    oacc[mt][n].y *= al0;
+                    oacc[mt][n].z *= al1;
+                    oacc[mt][n].w *= al1;
+                }
+            }
             m[2 * mt] = mn0;
             m[2 * mt + 1] = mn1;
             float ps0 = 0.0f, ps1 = 0.0f;
@@ -673,15 +729,8 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
                     pa[mt][n >> 1].w = hi_pair;
                 }
             }
-            l[2 * mt] = l[2 * mt] * al0 + ps0;
-            l[2 * mt + 1] = l[2 * mt + 1] * al1 + ps1;
-            UNROLL
-            for (int n = 0; n < NT_O; n++) {
-                oacc[mt][n].x *= al0;
-                oacc[mt][n].y *= al0;
-                oacc[mt][n].z *= al1;
-                oacc[mt][n].w *= al1;
-            }
+            l[2 * mt] += ps0;
+            l[2 * mt + 1] += ps1;
         }
 
 #if defined(CV_PAGED) && !defined(CV_GQA_PACK)
@@ -770,11 +819,11 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
 
 #ifdef CV_WGMMA
 /* The check of the wgmma form, run once before the form is used (see the
- * header): one work-group of 128 computes S = Q K^T (64 x BLOCK_N) and O = P V
- * (64 x HEAD_DIM) through attn_fwd_mma's staging and products. in holds the
- * 16-bit operands row-major: Q [64][HEAD_DIM], K, V [BLOCK_N][HEAD_DIM], then
- * P [64][BLOCK_N]; out receives S [64][BLOCK_N] and then O [64][HEAD_DIM] as
- * f32. */
+ * header): one work-group of WG_SIZE computes S = Q K^T (BLOCK_M x BLOCK_N)
+ * and O = P V (BLOCK_M x HEAD_DIM) through attn_fwd_mma's staging and
+ * products. in holds the 16-bit operands row-major: Q [BLOCK_M][HEAD_DIM], K,
+ * V [BLOCK_N][HEAD_DIM], then P [BLOCK_M][BLOCK_N]; out receives S
+ * [BLOCK_M][BLOCK_N] and then O [BLOCK_M][HEAD_DIM] as f32. */
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1)))
 void attn_wgmma_check(__global const uchar *in, __global float *out)
 {
@@ -786,7 +835,7 @@ void attn_wgmma_check(__global const uchar *in, __global float *out)
     const int lid = get_local_id(0);
     const int warp = lid >> 5, lane = lid & 31, g = lane >> 2, t4 = lane & 3;
     const int k0 = 0; /* KV_ROW */
-    const size_t tile = (size_t)64 * HEAD_DIM * 2, ktile = (size_t)BLOCK_N * HEAD_DIM * 2;
+    const size_t tile = (size_t)BLOCK_M * HEAD_DIM * 2, ktile = (size_t)BLOCK_N * HEAD_DIM * 2;
 #if WG_QLOCAL
     STAGE_SW_ROWS(smem, BLOCK_M, in, (long)rr_ * HEAD_DIM, BLOCK_M);
 #else
@@ -832,7 +881,7 @@ void attn_wgmma_check(__global const uchar *in, __global float *out)
         vstore2((float2)(s[n].x, s[n].y), 0, out + r0 * BLOCK_N + n * 8 + 2 * t4);
         vstore2((float2)(s[n].z, s[n].w), 0, out + (r0 + 8) * BLOCK_N + n * 8 + 2 * t4);
     }
-    __global float *ob = out + 64 * BLOCK_N;
+    __global float *ob = out + BLOCK_M * BLOCK_N;
     UNROLL
     for (int n = 0; n < NT_O; n++) {
         vstore2((float2)(oacc[n].x, oacc[n].y), 0, ob + r0 * HEAD_DIM + n * 8 + 2 * t4);

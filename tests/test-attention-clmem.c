@@ -262,6 +262,12 @@ START_TEST(test_mma_kernel)
     c.use_qpos = 1;
     c.causal = 1;
     run_seeds(ctx, c, 1, "mma f16 d80 q_pos");
+    c.use_qpos = 0;
+    c.max_len = 200;
+    c.min_len = 100;
+    c.max_total = 400;
+    c.scale = 6.0f; /* row maxima that jump by more than 8 in base 2 between tiles */
+    run_seeds(ctx, c, 1, "mma f16 d80 large scale");
     c = base_case();
     c.dtype = CLVARLEN_DTYPE_BF16;
     c.d = c.dv = 256;
@@ -318,16 +324,22 @@ END_TEST
  * 96, 128 and 256 (32-key tiles), sequences of several key tiles,
  * GQA with the query heads of a KV head packed into the tile rows and
  * (wgpack=0) without, MHA, causal, window, softcap, lq != lk, q_pos, strided
- * q, the cl_mem entry point; and (lpt=1) the work list longest sequences first. */
+ * q, scores large enough that row maxima jump between tiles, the cl_mem entry
+ * point; (lpt=1) the work list longest sequences first; (wgm=128) 128-row
+ * tiles on two warpgroups; and (lazy=0) the softmax rescaling at every tile. */
 START_TEST(test_wgmma_kernel)
 {
-    static const char *const variants[] = {NULL, "wgpack=0", "wgqs=0", "wgswz=0", "lpt=1"};
+    static const char *const variants[] = {NULL,    "wgpack=0", "wgqs=0", "wgswz=0",
+                                           "wgm=128", "lpt=1",    "lazy=0"};
+    const size_t n_full = 5; /* the variants from here on run the head dim 128 cases only */
     setenv("CLVARLEN_ATTENTION_KERNEL", "wgmma", 1);
     for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++) {
         if (variants[vi])
             setenv("CLVARLEN_ATTENTION_TUNING", variants[vi], 1);
         clvarlen_context *ctx = tu_cl_context();
         acase c = base_case();
+        if (vi >= n_full)
+            goto d128;
         c.dtype = CLVARLEN_DTYPE_BF16;
         c.hq = 4;
         c.hk = 2;
@@ -343,6 +355,7 @@ START_TEST(test_wgmma_kernel)
         c.softcap = 3.0f;
         c.seed = 52;
         run_seeds(ctx, c, 1, "wgmma f16 d64 lq!=lk softcap");
+    d128:
         c = base_case();
         c.dtype = CLVARLEN_DTYPE_BF16;
         c.d = c.dv = 128;
@@ -366,6 +379,14 @@ START_TEST(test_wgmma_kernel)
         c.use_qpos = 0;
         c.seed = 55;
         cl_mem_case(ctx, &c, 0);
+        c.causal = 0;
+        c.scale = 6.0f; /* row maxima that jump by more than 8 in base 2 between tiles */
+        c.seed = 59;
+        run_seeds(ctx, c, 1, "wgmma bf16 d128 mqa large scale");
+        if (vi >= n_full) {
+            clvarlen_context_destroy(ctx);
+            continue;
+        }
         c = base_case(); /* head dim 96: the second column block half used */
         c.dtype = CLVARLEN_DTYPE_BF16;
         c.d = c.dv = 96;

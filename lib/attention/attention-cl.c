@@ -96,6 +96,39 @@ bool cv_attn_mma_device(const clvarlen_context *ctx)
 
 /* ------------------------------------------------------------ the wgmma form */
 
+/* Whether the tensor-core forward's online softmax rescales O and l only when
+ * a row's maximum grew by more than 8 in base 2 (CV_ATTN_LAZY of
+ * cl/attention-nv.cl): up to 1.14x on an H200 above head dim 64, 0.91x at 64
+ * (docs/PERFORMANCE.md). CLVARLEN_ATTENTION_TUNING lazy=0 or 1 overrides. */
+static bool lazy_rescale(const cv_attn_desc *d)
+{
+    return cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "lazy", d->head_dim > 64) != 0;
+}
+
+/* Whether the wgmma form keeps Q's tile in local memory: S = Q K^T from
+ * descriptors only (no Q fragments in registers), 1.16-1.21x with it on an
+ * H200 (docs/PERFORMANCE.md, "The attention forward on wgmma, swizzled").
+ * CLVARLEN_ATTENTION_TUNING wgqs=0 keeps Q in registers, as D 256 always does
+ * (Q does not fit beside K and V there); wgswz=0 (K and V tiles as unswizzled
+ * core matrices, for benchmarks) implies it. */
+static bool wgmma_qs(const cv_attn_desc *d)
+{
+    return cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "wgswz", 1) != 0 && d->head_dim != 256 &&
+           cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "wgqs", 1) != 0;
+}
+
+/* The wgmma form's tiles: *bm query rows, *bn keys. 64 rows are one
+ * warpgroup with 64-key tiles (32 at D 256); 128 rows (Q in local memory
+ * only) two warpgroups sharing 32-key K and V tiles, so that each byte of K
+ * and V read through L2 serves twice the rows (cl/attention-nv.cl): slower on
+ * an H200 at every head dim (docs/PERFORMANCE.md), so 64 unless
+ * CLVARLEN_ATTENTION_TUNING wgm=128. */
+static void wgmma_tile(const cv_attn_desc *d, int *bm, int *bn)
+{
+    *bm = wgmma_qs(d) && cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "wgm", 64) == 128 ? 128 : 64;
+    *bn = d->head_dim == 256 || *bm == 128 ? 32 : 64;
+}
+
 /* Whether a forward call takes the wgmma form of the tensor-core kernel: not
  * the decode packing, not paged, head dim 64, 96, 128 or 256 (wgmma_shape); on NVIDIA
  * devices of compute capability 9.x (Hopper: sm_90a) by default when the
@@ -107,14 +140,11 @@ bool cv_attn_mma_device(const clvarlen_context *ctx)
  * on for every length (on NVIDIA, Hopper only), CLVARLEN_ATTENTION_KERNEL=wgmma
  * forces it on any device (emulated elsewhere); it runs only after its check
  * passed (wgmma_ready). */
-static int wgmma_block_n(const cv_attn_desc *d)
-{
-    return d->head_dim == 256 ? 32 : 64; /* 256: Q in registers, K and V of 32 keys */
-}
-
 static bool wgmma_shape(const cv_attn_desc *d, const cv_attn_pack *pack)
 {
-    return (!pack || (pack->block_m == 64 && pack->block_n == wgmma_block_n(d))) &&
+    int bm, bn;
+    wgmma_tile(d, &bm, &bn);
+    return (!pack || (pack->block_m == bm && pack->block_n == bn)) &&
            d->page_size == 0 &&
            (d->head_dim == 64 || d->head_dim == 96 || d->head_dim == 128 || d->head_dim == 256);
 }
@@ -141,13 +171,15 @@ static bool wgmma_wanted(const clvarlen_context *ctx, const cv_attn_desc *d, con
 static clvarlen_status wgmma_ready(clvarlen_context *ctx, const char *fn, const cv_attn_desc *d,
                                    const char *options, bool *ok)
 {
+    int bm, bn;
+    wgmma_tile(d, &bm, &bn);
     int *state = &ctx->attn_wgmma[d->dtype == CLVARLEN_DTYPE_F16 ? 0 : 1]
                                  [d->head_dim == 64    ? 0
                                   : d->head_dim == 96  ? 1
                                   : d->head_dim == 128 ? 2
-                                                       : 3];
+                                                       : 3][bm == 128];
     if (*state == 0) {
-        clvarlen_status st = cv_attn_wgmma_check(ctx, d, wgmma_block_n(d), options);
+        clvarlen_status st = cv_attn_wgmma_check(ctx, d, bm, bn, options);
         if (st == CLVARLEN_SUCCESS) {
             *state = 1;
             cv_log(ctx, CLVARLEN_LOG_INFO, "attention: the wgmma form passed its check [%s]",
@@ -179,20 +211,16 @@ static void wgmma_options(const clvarlen_context *ctx, const cv_attn_desc *d,
     /* CLVARLEN_ATTENTION_TUNING wgswz=0: K and V tiles as unswizzled core
      * matrices (benchmarks; the 128-byte swizzle is the default) */
     const int swz = cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "wgswz", 1) != 0;
-    /* Q's tile in local memory too, S = Q K^T from descriptors only (no Q
-     * fragments in registers): 1.16-1.21x with it on an H200 (16 x 16384
-     * 328 against 269 TFLOP/s, causal 290 against 241; 64 x 65536 332
-     * against 282, causal 293 against 243); wgqs=0 keeps Q in registers, as
-     * D 256 always does (Q does not fit beside K and V there) */
-    const int qs = swz && d->head_dim != 256 &&
-                   cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "wgqs", 1) != 0;
+    int bm, bn;
+    wgmma_tile(d, &bm, &bn);
     snprintf(options, size,
-             "-DCV_DTYPE=%d -DHEAD_DIM=%d -DBLOCK_M=64 -DBLOCK_N=%d -DCV_WGMMA=1 -DCV_WG_SW=%d"
-             "%s%s%s%s",
-             cv_dtype_kernel_code(d->dtype), (int)d->head_dim, wgmma_block_n(d), swz,
-             qs ? " -DCV_WG_QS=1" : "",
+             "-DCV_DTYPE=%d -DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DCV_WGMMA=1 -DCV_WG_SW=%d"
+             "%s%s%s%s%s",
+             cv_dtype_kernel_code(d->dtype), (int)d->head_dim, bm, bn, swz,
+             wgmma_qs(d) ? " -DCV_WG_QS=1" : "",
              pack ? " -DCV_GQA_PACK=1" : "", nv ? " -DCV_NV_PTX=1 " CV_SM90A_OPTION : "",
-             cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "ex2", 1) ? "" : " -DCV_NV_EX2=0");
+             cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "ex2", 1) ? "" : " -DCV_NV_EX2=0",
+             lazy_rescale(d) ? "" : " -DCV_ATTN_LAZY=0");
 }
 
 bool cv_attn_wgmma_forced(void)
@@ -241,7 +269,7 @@ static clvarlen_status mma_cfg(clvarlen_context *ctx, const char *fn, const cv_a
         q_smem = 0;
     }
     if (wgmma_shape(d, pack) && wgmma_wanted(ctx, d, "CLVARLEN_ATTENTION_TUNING", 96)) {
-        /* one warpgroup of 64 rows, 64-key tiles (D 256: 32; cl/attention-nv.cl) */
+        /* one warpgroup per 64 rows (wgmma_tile; cl/attention-nv.cl) */
         char options[sizeof cfg->options];
         wgmma_options(ctx, d, pack, options, sizeof options);
         bool ok = false;
@@ -249,9 +277,11 @@ static clvarlen_status mma_cfg(clvarlen_context *ctx, const char *fn, const cv_a
         if (st != CLVARLEN_SUCCESS)
             return st;
         if (ok) {
-            cfg->block_m = 64;
-            cfg->block_n = wgmma_block_n(d);
-            cfg->wg = 128;
+            int wbm, wbn;
+            wgmma_tile(d, &wbm, &wbn);
+            cfg->block_m = wbm;
+            cfg->block_n = wbn;
+            cfg->wg = 2 * wbm;
             if (pack)
                 cfg->row_mult = d->heads_q / d->heads_kv;
             memcpy(cfg->options, options, sizeof options);
@@ -289,6 +319,8 @@ static clvarlen_status mma_cfg(clvarlen_context *ctx, const char *fn, const cv_a
     }
     if (!cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "ex2", 1)) /* for A/B runs */
         cfg_add(cfg, " -DCV_NV_EX2=0");
+    if (!lazy_rescale(d))
+        cfg_add(cfg, " -DCV_ATTN_LAZY=0");
     return CLVARLEN_SUCCESS;
 }
 
@@ -599,8 +631,9 @@ static const cv_attn_pack *wgmma_pack(const clvarlen_context *ctx, const cv_attn
         !wgmma_wanted(ctx, d, "CLVARLEN_ATTENTION_TUNING", 96) || !cv_attn_use_mma(ctx, d, m) ||
         !cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "wgpack", 1))
         return pack;
-    *own = (cv_attn_pack){
-        .block_m = 64, .block_n = wgmma_block_n(d), .splits = 1, .one_tile = false};
+    int bm, bn;
+    wgmma_tile(d, &bm, &bn);
+    *own = (cv_attn_pack){.block_m = bm, .block_n = bn, .splits = 1, .one_tile = false};
     return own;
 }
 

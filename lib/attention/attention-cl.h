@@ -78,12 +78,13 @@ bool cv_attn_bwd_wgmma_wanted(const clvarlen_context *ctx, const cv_attn_desc *d
  * not answered by the mma.sync form). */
 bool cv_attn_wgmma_forced(void);
 
-/** Runs attn_wgmma_check of the program built with `options` (key tiles of block_n)
- * and compares its S = Q K^T and O = P V with exact sums (wgmma-check.c).
- * CLVARLEN_SUCCESS when they agree bit for bit; otherwise an error whose message
- * says what differed (the build failed, the run failed, or the first wrong element). */
-clvarlen_status cv_attn_wgmma_check(clvarlen_context *ctx, const cv_attn_desc *d, int block_n,
-                                    const char *options);
+/** Runs attn_wgmma_check of the program built with `options` (tiles of block_m query
+ * rows, 64 or 128, and block_n keys) and compares its S = Q K^T and O = P V with exact
+ * sums (wgmma-check.c). CLVARLEN_SUCCESS when they agree bit for bit; otherwise an
+ * error whose message says what differed (the build failed, the run failed, or the
+ * first wrong element). */
+clvarlen_status cv_attn_wgmma_check(clvarlen_context *ctx, const cv_attn_desc *d, int block_m,
+                                    int block_n, const char *options);
 
 /** Builds and checks the forward's wgmma form for d's dtype and head dim once per
  * context (attn_wgmma_check); *ok says whether it passed. An error only when the

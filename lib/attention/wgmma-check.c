@@ -20,15 +20,15 @@ static float check_value(uint32_t i)
     return (float)((int)(h % 9u) - 4) * 0.125f;
 }
 
-clvarlen_status cv_attn_wgmma_check(clvarlen_context *ctx, const cv_attn_desc *d, int block_n,
-                                    const char *options)
+clvarlen_status cv_attn_wgmma_check(clvarlen_context *ctx, const cv_attn_desc *d, int block_m,
+                                    int block_n, const char *options)
 {
     cl_kernel k = NULL;
     clvarlen_status st = cv_get_kernel(ctx, "attention-nv.cl", options, "attn_wgmma_check", &k);
     if (st != CLVARLEN_SUCCESS)
         return st;
     /* Q [M][D], K and V [N][D], P [M][N] in; S [M][N] and O [M][D] out */
-    const int D = d->head_dim, M = 64, N = block_n;
+    const int D = d->head_dim, M = block_m, N = block_n;
     const size_t n_in = (size_t)(M + 2 * N) * D + (size_t)M * N,
                  n_out = (size_t)M * N + (size_t)M * D;
     uint16_t *in = malloc(n_in * sizeof *in);
@@ -53,7 +53,7 @@ clvarlen_status cv_attn_wgmma_check(clvarlen_context *ctx, const cv_attn_desc *d
         st = cv_cl_check(ctx, a.err, "clSetKernelArg(attn_wgmma_check)");
         goto done;
     }
-    size_t wg = 128;
+    size_t wg = (size_t)M * 2; /* a warpgroup per 64 rows */
     cl_int err = clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &wg, &wg, 0, NULL, NULL);
     if (err != CL_SUCCESS) {
         st = cv_cl_check(ctx, err, "clEnqueueNDRangeKernel(attn_wgmma_check)");
