@@ -92,18 +92,19 @@ void cv_tuning_for(const clvarlen_device_info *info, cv_tuning *t)
         t->copy_wg = 256;
         t->scan_wg = 1024;
         t->expand_wg = 64; /* H100: 8.0 us at 64/128, 10-12 us at 256-1024 */
-        /* H100 sweeps (docs/PERFORMANCE.md): the token kernel best at 32
-         * columns per group, 128 work-items, 16 of them per column, without the
-         * next-token prefetch (128 registers, not 167): decode at 1.00x copy
-         * bandwidth (N 256, 1024) against 0.82x at 16 columns with the prefetch,
-         * token-by-token prefill 1.5x faster; attention's portable kernel best
+        /* Sweeps (docs/PERFORMANCE.md): the token kernel at 32 columns per
+         * group, 64 work-items, 16 of them per column, without the next-token
+         * prefetch: on an H200 decode at 0.96-0.98x copy bandwidth (N 256,
+         * 1024) against 0.93-0.94x with 128 work-items; on an H100 both 0.98-1.00x
+         * (against 0.82x at 16 columns with the prefetch), token-by-token
+         * prefill of short sequences 8-9% faster; attention's portable kernel best
          * at 128 work-items (8 x 8 outputs each), staging Q and K 16
          * dimensions (wider where registers allow, lib/attention) and V 16
          * keys at a time (f32, 16 x 16384, D 128 on the H200: 33.9 TFLOP/s,
          * 0.55x the FMA rate, against 31.5 at 32 keys and 32.2 at 32
          * dimensions; docs/PERFORMANCE.md). */
         t->gdn_v_tile = 32;
-        t->gdn_wg = 128;
+        t->gdn_wg = 64;
         t->gdn_k_lanes = 16;
         t->gdn_no_prefetch = 1;
         t->attn_block_m = 64;
