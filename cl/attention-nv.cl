@@ -154,6 +154,8 @@
  * their emulated form: cl/nv-mma.clh, spliced in here by the kernel loader. */
 // clvarlen-include: nv-mma.clh
 // clvarlen-include: nv-wgmma.clh
+// clvarlen-include: nv-wgmma-async.clh
+// clvarlen-include: attention-nv-tile.clh
 
 /* Stages rows ROWEXPR(rr_) for rr_ = 0 .. nrows - 1 of a token-major tensor
  * (this head's HEAD_DIM elements at column offset col0) into `dst` rows
@@ -559,6 +561,80 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
         cp_async_commit();
     }
 #endif
+#if CV_ATTN_PIPE
+    /* The pipeline. Before iteration blk: P of tile blk in pa, m and l
+     * through it, O through tile blk - 1; tile blk + 1's K and tile blk's V
+     * staged (committed in that order). Iteration blk issues S = Q K^T of
+     * tile blk + 1 and O += P V of tile blk without waiting; once S is done,
+     * K's buffer takes tile blk + 2 while the softmax of tile blk + 1 runs
+     * beside O's product; once that is done, O is rescaled if a row's max
+     * moved and V's buffer takes tile blk + 1. The first tile's S is done
+     * here, before the loop. */
+    uint4 pa[1][BLOCK_N / 16];
+    if (nblocks > 0) {
+        float4 s0[NT_S];
+        cp_async_wait_all();
+        fence_proxy_async();
+        barrier(CLK_LOCAL_MEM_FENCE); /* K of tile 0 */
+        UNROLL
+        for (int n = 0; n < NT_S; n++)
+            s0[n] = (float4)(0.0f);
+        WG_QK(s0, qf, qz);
+        barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with K */
+        if (nblocks > 1) {
+            STAGE_K(Ks, BLOCK_N, kb_, kmin + BLOCK_N, min(BLOCK_N, kmax + 1 - kmin - BLOCK_N),
+                    k_stride, kvh * HEAD_DIM);
+            cp_async_commit();
+        }
+        STAGE_V(Vs, BLOCK_N, vb, kmin, min(BLOCK_N, kmax + 1 - kmin), v_stride, kvh * HEAD_DIM);
+        cp_async_commit();
+        float al[2];
+        attn_tile_scores(s0, fold, sl2, softcap, kmin >= max_lo && kmin + BLOCK_N - 1 <= min_hi,
+                         kmin, t4, lo[0], hi[0], lo[1], hi[1]);
+        attn_tile_softmax(s0, pa[0], m, l, f, al EMU_ARG); /* O is 0: nothing to rescale */
+    }
+    /* Every iteration has a next tile (the last tile's O += P V follows the
+     * loop): products issued or waited for under a condition made ptxas
+     * serialize them all. */
+    for (int blk = 0; blk + 1 < nblocks; blk++) {
+        const int kn = kmin + (blk + 1) * BLOCK_N; /* the next tile's first key */
+        cp_async_wait1(); /* K of tile blk + 1 (V of tile blk may still be in flight) */
+        fence_proxy_async();
+        barrier(CLK_LOCAL_MEM_FENCE);
+        float4 s[NT_S]; /* this iteration's own: nothing carried in wgmma registers */
+        UNROLL
+        for (int n = 0; n < NT_S; n++)
+            s[n] = (float4)(0.0f);
+        WG_QK_NW(s);
+        cp_async_wait_all(); /* V of tile blk */
+        fence_proxy_async();
+        barrier(CLK_LOCAL_MEM_FENCE);
+        WG_PV_NW(oacc[0], pa[0], qz);
+        WG_WAIT(64, 1, s); /* S of tile blk + 1; O's product still in flight */
+        barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with K */
+        if (blk + 2 < nblocks) {
+            STAGE_K(Ks, BLOCK_N, kb_, kn + BLOCK_N, min(BLOCK_N, kmax + 1 - kn - BLOCK_N),
+                    k_stride, kvh * HEAD_DIM);
+            cp_async_commit();
+        }
+        float al[2];
+        attn_tile_scores(s, fold, sl2, softcap, kn >= max_lo && kn + BLOCK_N - 1 <= min_hi, kn, t4,
+                         lo[0], hi[0], lo[1], hi[1]);
+        const int rescale = attn_tile_softmax(s, pa[0], m, l, f, al EMU_ARG);
+        WG_WAIT_O(oacc[0]);
+        if (rescale)
+            attn_tile_rescale(oacc[0], al);
+        barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with V */
+        STAGE_V(Vs, BLOCK_N, vb, kn, min(BLOCK_N, kmax + 1 - kn), v_stride, kvh * HEAD_DIM);
+        cp_async_commit();
+    }
+    if (nblocks > 0) {
+        cp_async_wait_all(); /* V of the last tile */
+        fence_proxy_async();
+        barrier(CLK_LOCAL_MEM_FENCE);
+        WG_PV(oacc[0], pa[0], qz);
+    }
+#else
     for (int blk = 0; blk < nblocks; blk++) {
         const int kb = kmin + blk * BLOCK_N;
         const int nvalid = min(BLOCK_N, kmax + 1 - kb);
@@ -628,109 +704,18 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
         }
 #endif
 
-        /* Scores (unscaled when folding, else in base 2); keys outside a row's
-         * range are -inf. A block that every row sees in full (the interior of
-         * a causal band) skips the test. */
+        /* Scores and the online softmax (cl/attention-nv-tile.clh); a block
+         * that every row sees in full (the interior of a causal band) skips
+         * the mask. */
         const bool full = kb >= max_lo && kb + BLOCK_N - 1 <= min_hi;
-        /* Each step a loop under one uniform test: a test per element kept
-         * the elements' chains apart in NVIDIA's code (cl/attention-bwd-nv.cl
-         * mma_p_ds says what that cost the backward). */
-        if (!fold) {
-            UNROLL
-            for (int mt = 0; mt < WARP_MT; mt++)
-                UNROLL
-                for (int n = 0; n < NT_S; n++)
-                    s[mt][n] *= sl2;
-            if (softcap > 0.0f) {
-                UNROLL
-                for (int mt = 0; mt < WARP_MT; mt++)
-                    UNROLL
-                    for (int n = 0; n < NT_S; n++)
-                        s[mt][n] = softcap * tanh(s[mt][n] / softcap) * M_LOG2E_F;
-            }
-        }
-        if (!full) {
-            UNROLL
-            for (int mt = 0; mt < WARP_MT; mt++)
-                UNROLL
-                for (int n = 0; n < NT_S; n++) {
-                    const int key = kb + n * 8 + 2 * t4;
-                    const float4 v = s[mt][n];
-                    const int a0 = lo[2 * mt], b0 = hi[2 * mt];
-                    const int a1 = lo[2 * mt + 1], b1 = hi[2 * mt + 1];
-                    s[mt][n] = (float4)(key < a0 || key > b0 ? -INFINITY : v.x,
-                                        key + 1 < a0 || key + 1 > b0 ? -INFINITY : v.y,
-                                        key < a1 || key > b1 ? -INFINITY : v.z,
-                                        key + 1 < a1 || key + 1 > b1 ? -INFINITY : v.w);
-                }
-        }
         uint4 pa[WARP_MT][BLOCK_N / 16];
         UNROLL
         for (int mt = 0; mt < WARP_MT; mt++) {
-            float mx0 = -INFINITY, mx1 = -INFINITY;
-            UNROLL
-            for (int n = 0; n < NT_S; n++) {
-                mx0 = fmax(mx0, fmax(s[mt][n].x, s[mt][n].y));
-                mx1 = fmax(mx1, fmax(s[mt][n].z, s[mt][n].w));
-            }
-            mx0 = fmax(mx0, shfl_xor(mx0, 1));
-            mx0 = fmax(mx0, shfl_xor(mx0, 2));
-            mx1 = fmax(mx1, shfl_xor(mx1, 1));
-            mx1 = fmax(mx1, shfl_xor(mx1, 2));
-            const float mo0 = m[2 * mt], mo1 = m[2 * mt + 1];
-            float mn0 = fmax(mo0, mx0), mn1 = fmax(mo1, mx1);
-#if CV_ATTN_LAZY
-            /* A row keeps its running max until this tile's exceeds it by
-             * more than 8 in base 2, so p <= 2^8, and O and l stay scaled by
-             * the kept max; the warp rescales only when one of its rows
-             * moved, which after the first tiles is rare. (A row that has
-             * seen nothing, -inf to -inf, gives NaN > 8: false.) */
-            const int up0 = (mn0 - mo0) * f > 8.0f, up1 = (mn1 - mo1) * f > 8.0f;
-            mn0 = up0 ? mn0 : mo0;
-            mn1 = up1 ? mn1 : mo1;
-            const int rescale = warp_any(up0 | up1);
-#else
-            const int rescale = 1;
-#endif
-            /* Rows that have seen nothing yet subtract 0: p = exp2(-inf) = 0. */
-            const float mu0 = mn0 == -INFINITY ? 0.0f : mn0;
-            const float mu1 = mn1 == -INFINITY ? 0.0f : mn1;
-            const float nb0 = -mu0 * f, nb1 = -mu1 * f;
-            if (rescale) {
-                const float al0 = cv_ex2((mo0 - mu0) * f), al1 = cv_ex2((mo1 - mu1) * f);
-                l[2 * mt] *= al0;
-                l[2 * mt + 1] *= al1;
-                UNROLL
-                for (int n = 0; n < NT_O; n++) {
-                    oacc[mt][n].x *= al0;
-                    oacc[mt][n].y *= al0;
-                    oacc[mt][n].z *= al1;
-                    oacc[mt][n].w *= al1;
-                }
-            }
-            m[2 * mt] = mn0;
-            m[2 * mt + 1] = mn1;
-            float ps0 = 0.0f, ps1 = 0.0f;
-            UNROLL
-            for (int n = 0; n < NT_S; n++) {
-                float p0 = cv_ex2(fma(s[mt][n].x, f, nb0));
-                float p1 = cv_ex2(fma(s[mt][n].y, f, nb0));
-                float p2 = cv_ex2(fma(s[mt][n].z, f, nb1));
-                float p3 = cv_ex2(fma(s[mt][n].w, f, nb1));
-                ps0 += p0 + p1;
-                ps1 += p2 + p3;
-                /* The A fragment of P for k16 block n / 2 (see the header comment). */
-                uint lo_pair = pack2(p0, p1), hi_pair = pack2(p2, p3);
-                if ((n & 1) == 0) {
-                    pa[mt][n >> 1].x = lo_pair;
-                    pa[mt][n >> 1].y = hi_pair;
-                } else {
-                    pa[mt][n >> 1].z = lo_pair;
-                    pa[mt][n >> 1].w = hi_pair;
-                }
-            }
-            l[2 * mt] += ps0;
-            l[2 * mt + 1] += ps1;
+            float al[2];
+            attn_tile_scores(s[mt], fold, sl2, softcap, full, kb, t4, lo[2 * mt], hi[2 * mt],
+                             lo[2 * mt + 1], hi[2 * mt + 1]);
+            if (attn_tile_softmax(s[mt], pa[mt], m + 2 * mt, l + 2 * mt, f, al EMU_ARG))
+                attn_tile_rescale(oacc[mt], al);
         }
 
 #if defined(CV_PAGED) && !defined(CV_GQA_PACK)
@@ -772,6 +757,8 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
         cur ^= 1;
 #endif
     }
+
+#endif /* CV_ATTN_PIPE */
 
     /* Row sums over the quad, then o = acc / l and lse. */
     UNROLL

@@ -327,18 +327,19 @@ END_TEST
  * (wgpack=0) without, MHA, causal, window, softcap, lq != lk, q_pos, strided
  * q, scores large enough that row maxima jump between tiles, the cl_mem entry
  * point; and at head dim 128 only, (wgm=128) 128-row tiles on two warpgroups,
- * (lpt=1) the work list longest sequences first and (lazy=0) the softmax
- * rescaling at every tile. */
+ * (lpt=1) the work list longest sequences first, (lazy=0) the softmax
+ * rescaling at every tile and (pipe=1) the pipelined loop. */
 START_TEST(test_wgmma_kernel)
 {
     static const char *const variants[] = {NULL,    "wgpack=0", "wgqs=0", "wgswz=0",
-                                           "wgm=128", "lpt=1",    "lazy=0"};
+                                           "wgm=128", "lpt=1",    "lazy=0", "pipe=1"};
     const size_t n_full = 4; /* the variants from here on run the head dim 128 cases only */
     /* Variants that run on the default device (PoCL) only, not on a second
      * implementation named by CLVARLEN_TEST_DEVICE (rusticl, tests/meson.build):
      * their programs differ only in the emulated kernels' options, and each
      * costs minutes of llvmpipe's compiler on 2 cores. */
-    static const bool default_device_only[] = {false, false, false, false, true, false, true};
+    static const bool default_device_only[] = {false, false, false, false,
+                                               true,  false, true,  true};
     const char *second = getenv("CLVARLEN_TEST_DEVICE");
     setenv("CLVARLEN_ATTENTION_KERNEL", "wgmma", 1);
     for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++) {

@@ -61,13 +61,12 @@ static bool is_nvidia_mma(const clvarlen_context *ctx)
            ctx->tuning.nvidia_mma;
 }
 
-/* The tensor-core kernel moves 16-byte rows with cp.async and stores pairs of
- * elements: tensors must be 16-byte aligned, rows a multiple of 8 elements. */
+/* The tensor-core kernel (not dropout's) moves 16-byte rows with cp.async and
+ * stores pairs of elements: tensors 16-byte aligned, rows a multiple of 8 elements. */
 static bool mma_fits(const cv_attn_desc *d, const cv_attn_mem *m)
 {
-    if (d->dtype == CLVARLEN_DTYPE_F32 || d->head_dim != d->head_dim_v || d->head_dim > 256)
-        return false;
-    if (d->drop_p > 0.0f) /* dropout runs the portable kernel */
+    if (d->dtype == CLVARLEN_DTYPE_F32 || d->head_dim != d->head_dim_v || d->head_dim > 256 ||
+        d->drop_p > 0.0f)
         return false;
     if ((m->q_off | m->k_off | m->v_off | m->o_off) % 16 != 0)
         return false;
@@ -130,16 +129,14 @@ static void wgmma_tile(const cv_attn_desc *d, int *bm, int *bn)
 }
 
 /* Whether a forward call takes the wgmma form of the tensor-core kernel: not
- * the decode packing, not paged, head dim 64, 96, 128 or 256 (wgmma_shape); on NVIDIA
- * devices of compute capability 9.x (Hopper: sm_90a) by default when the
- * sequences average at least 96 queries, the length from which the mma.sync
- * form holds Q in registers too (bf16 D 128 on an H100: 16 x 16384 323
- * against 212 TFLOP/s on mma.sync, 64 x 65536 causal 299 against 197; on an
- * H200 128 x 8192, 64 queries on average, 72.5 against 73.8, so shorter rows
- * keep mma.sync; docs/PERFORMANCE.md). CLVARLEN_ATTENTION_TUNING=wgmma=0/1 turns it off or
- * on for every length (on NVIDIA, Hopper only), CLVARLEN_ATTENTION_KERNEL=wgmma
- * forces it on any device (emulated elsewhere); it runs only after its check
- * passed (wgmma_ready). */
+ * the decode packing, not paged, head dim 64, 96, 128 or 256 (wgmma_shape); on
+ * compute capability 9.x (sm_90a) by default when the sequences average at
+ * least 96 queries, from where mma.sync holds Q in registers too (bf16 D 128,
+ * H100: 16 x 16384 323 against 212 TFLOP/s; H200: 128 x 8192, 64 queries on
+ * average, 72.5 against 73.8; docs/PERFORMANCE.md). CLVARLEN_ATTENTION_TUNING
+ * wgmma=0/1 turns it off or on for every length (NVIDIA Hopper only),
+ * CLVARLEN_ATTENTION_KERNEL=wgmma forces it anywhere (emulated elsewhere); it
+ * runs only after its check passed (wgmma_ready). */
 static bool wgmma_shape(const cv_attn_desc *d, const cv_attn_pack *pack)
 {
     int bm, bn;
@@ -208,19 +205,22 @@ static void wgmma_options(const clvarlen_context *ctx, const cv_attn_desc *d,
                           const cv_attn_pack *pack, char *options, size_t size)
 {
     const bool nv = ctx->device.vendor == CLVARLEN_VENDOR_NVIDIA;
-    /* CLVARLEN_ATTENTION_TUNING wgswz=0: K and V tiles as unswizzled core
-     * matrices (benchmarks; the 128-byte swizzle is the default) */
+    /* wgswz=0: K and V as unswizzled core matrices (benchmarks) */
     const int swz = cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "wgswz", 1) != 0;
     int bm, bn;
     wgmma_tile(d, &bm, &bn);
+    /* pipe=1: the pipelined loop (CV_ATTN_PIPE of cl/attention-nv.cl) */
+    const bool pipe = !pack && wgmma_qs(d) && bm == 64 && bn == 64 &&
+                      cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "pipe", 0) != 0;
     snprintf(options, size,
              "-DCV_DTYPE=%d -DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DCV_WGMMA=1 -DCV_WG_SW=%d"
-             "%s%s%s%s%s",
+             "%s%s%s%s%s%s",
              cv_dtype_kernel_code(d->dtype), (int)d->head_dim, bm, bn, swz,
              wgmma_qs(d) ? " -DCV_WG_QS=1" : "",
              pack ? " -DCV_GQA_PACK=1" : "", nv ? " -DCV_NV_PTX=1 " CV_SM90A_OPTION : "",
              cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "ex2", 1) ? "" : " -DCV_NV_EX2=0",
-             lazy_rescale(d) ? "" : " -DCV_ATTN_LAZY=0");
+             lazy_rescale(d) ? "" : " -DCV_ATTN_LAZY=0",
+             pipe ? " -DCV_ATTN_PIPE=1" : "");
 }
 
 bool cv_attn_wgmma_forced(void)

@@ -48,11 +48,12 @@ def main():
     dump = os.path.join(work, "dump")
     os.makedirs(dump)
     # (kernel, op, CLVARLEN_ATTENTION_TUNING, CLVARLEN_ATTN_BWD_TUNING): the
-    # forward's wgmma form with Q's tile in local memory (its default) and in
-    # registers; the backward's with its products paired in dk/dv (the
+    # forward's wgmma form with Q's tile in local memory (its default), in
+    # registers, and pipelined; the backward's with its products paired in dk/dv (the
     # default) and in dq only
     runs = [("mma", "attention", "", ""), ("wgmma", "attention", "", ""),
-            ("wgmma", "attention", "wgqs=0", ""), ("wgmma", "attention-bwd-bf16", "", "pair=2"),
+            ("wgmma", "attention", "wgqs=0", ""), ("wgmma", "attention-bf16", "pipe=1", ""),
+            ("wgmma", "attention-bwd-bf16", "", "pair=2"),
             ("mma", "paged", "", ""), ("mma", "gated-delta", "", "")]
     for kernel, op, tuning, bwd_tuning in runs:
         env = dict(os.environ, CLVARLEN_SOURCE_DUMP=dump, CLVARLEN_ATTENTION_KERNEL=kernel,
