@@ -591,7 +591,7 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
         float al[2];
         attn_tile_scores(s0, fold, sl2, softcap, kmin >= max_lo && kmin + BLOCK_N - 1 <= min_hi,
                          kmin, t4, lo[0], hi[0], lo[1], hi[1]);
-        attn_tile_softmax(s0, pa[0], m, l, f, al EMU_ARG); /* O is 0: nothing to rescale */
+        attn_tile_softmax(s0, pa[0], m, l, f, al, NULL EMU_ARG); /* O is 0: no rescale */
     }
     /* Every iteration has a next tile (the last tile's O += P V follows the
      * loop): products issued or waited for under a condition made ptxas
@@ -620,7 +620,7 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
         float al[2];
         attn_tile_scores(s, fold, sl2, softcap, kn >= max_lo && kn + BLOCK_N - 1 <= min_hi, kn, t4,
                          lo[0], hi[0], lo[1], hi[1]);
-        const int rescale = attn_tile_softmax(s, pa[0], m, l, f, al EMU_ARG);
+        const int rescale = attn_tile_softmax(s, pa[0], m, l, f, al, NULL EMU_ARG);
         WG_WAIT_O(oacc[0]);
         if (rescale)
             attn_tile_rescale(oacc[0], al);
@@ -714,8 +714,7 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
             float al[2];
             attn_tile_scores(s[mt], fold, sl2, softcap, full, kb, t4, lo[2 * mt], hi[2 * mt],
                              lo[2 * mt + 1], hi[2 * mt + 1]);
-            if (attn_tile_softmax(s[mt], pa[mt], m + 2 * mt, l + 2 * mt, f, al EMU_ARG))
-                attn_tile_rescale(oacc[mt], al);
+            attn_tile_softmax(s[mt], pa[mt], m + 2 * mt, l + 2 * mt, f, al, oacc[mt] EMU_ARG);
         }
 
 #if defined(CV_PAGED) && !defined(CV_GQA_PACK)
