@@ -49,8 +49,8 @@ def main():
     os.makedirs(dump)
     # (kernel, op, CLVARLEN_ATTENTION_TUNING, CLVARLEN_ATTN_BWD_TUNING): the
     # forward's wgmma form with Q's tile in local memory (its default), in
-    # registers, and pipelined; the backward's with its products paired in dk/dv (the
-    # default) and in dq only
+    # registers, and pipelined; the backward's with its products paired in
+    # dk/dv (the default) and in dq only
     runs = [("mma", "attention", "", ""), ("wgmma", "attention", "", ""),
             ("wgmma", "attention", "wgqs=0", ""), ("wgmma", "attention-bf16", "pipe=1", ""),
             ("wgmma", "attention-bwd-bf16", "", "pair=2"),
