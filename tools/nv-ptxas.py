@@ -4,7 +4,9 @@
     tools/nv-ptxas.py cl/attention-nv.cl -DCV_DTYPE=2 -DHEAD_DIM=128 -DBLOCK_M=64 \\
         -DBLOCK_N=64 -DCV_WGMMA=1 -DCV_WG_SW=1 -DCV_WG_QS=1 [--ptx out.ptx]
 
-Joins the program as the kernel loader does (lib/runtime/kernel-source.c: cv-shared.h,
+The options are the program's own: CLVARLEN_LOG=info prints them as the library
+compiles each program ("compiling FILE [options]"). Joins the program as the kernel
+loader does (lib/runtime/kernel-source.c: cv-shared.h,
 common.clh, the family prelude, the file with its `// clvarlen-include:` headers spliced
 in), or takes a source that CLVARLEN_SOURCE_DUMP wrote (its first line's options are
 used, and any given here are added). Then compiles it with clang 16 for
