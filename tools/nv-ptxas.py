@@ -6,10 +6,10 @@
 
 The options are the program's own: CLVARLEN_LOG=info prints them as the library
 compiles each program ("compiling FILE [options]"). Joins the program as the kernel
-loader does (lib/runtime/kernel-source.c: cv-shared.h,
-common.clh, the family prelude, the file with its `// clvarlen-include:` headers spliced
-in), or takes a source that CLVARLEN_SOURCE_DUMP wrote (its first line's options are
-used, and any given here are added). Then compiles it with clang 16 for
+loader does (lib/runtime/kernel-source.c: cv-shared.h, common.clh, the family prelude,
+the file with its `// clvarlen-include:` headers spliced in), or takes a source that
+CLVARLEN_SOURCE_DUMP wrote (its first line's options are used, and any given here are
+added). Then compiles it with clang 16 for
 nvptx64-nvidia-nvcl (with -DCV_NV_PTX=1, and -DCV_SM90A=1 for wgmma programs), links
 libclc's nvptx64--nvidiacl.bc, optimises (opt -O3) and lowers it (llc -mcpu=sm_90). It
 applies the loader's PTX patch step (lib/runtime/ptx-patch.c: the `// CVW ` markers
