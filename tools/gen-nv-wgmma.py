@@ -487,8 +487,11 @@ ASYNC_HEADER = r"""/* wgmma helpers (sm_90a) that leave their products in flight
  * float4 of an N-wide product) through the statement, so that the compilers
  * read acc only after it. Between an issue and its wait nothing may read or
  * write that product's accumulators (the hardware writes them meanwhile); its
- * A fragments the statement copied, so the caller's may be rewritten. In the
- * emulated form the products complete at issue and WG_WAIT does nothing.
+ * A fragments the statement copied, so the caller's may be rewritten. Issue
+ * and wait unconditionally: ptxas (driver 580) serialized every product of a
+ * loop that issued or waited under a branch (warning C7515;
+ * tools/nv-ptxas.py shows it without the device). In the emulated form the
+ * products complete at issue and WG_WAIT does nothing.
  */
 
 #ifdef CV_NV_PTX
