@@ -487,7 +487,8 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void gdn_chunked_m
  * rows' G, beta, rk, rq (floats). Sequence n's chunks take slots
  * bos_n / 64 + n + j, j = 0, 1, ...: disjoint for any lengths, all below
  * total / 64 + n_seqs + 1 (n_slots); a slot that is no sequence's chunk
- * writes nothing.
+ * writes nothing. Built with CV_GDN_ROWS, T and P are written as 64 x 64
+ * tiles for the wgmma scan instead (below).
  */
 #define TP (GC + 4) /* T's pitch in local memory */
 
@@ -549,6 +550,25 @@ gdn_chunk_prep(GDN_ARGS, __global float *scr, long n_slots, int h0, int hcount)
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     __global float *sp = scr + (x * hcount + (h - h0)) * (long)GDN_SCR_FLOATS;
+#ifdef CV_GDN_ROWS
+    /* for the wgmma scan: T's rounded part, its remainder and P's rounded part as
+     * 64 x 64 row-major tiles (zero right of the diagonal), 128-byte swizzled as
+     * the scan's local memory holds them (row i's 16-byte chunk c at
+     * (c ^ (i % 8)) * 16): the scan copies them as they are */
+    __global uint *tw = (__global uint *)sp, *pw = (__global uint *)(sp + GDN_SCR_P);
+    for (int e = lid; e < GC * GC / 2; e += WG_SIZE) {
+        const int i = e / (GC / 2), m = 2 * (e % (GC / 2));
+        const int at = (i * 64 + ((((m >> 3) ^ (i & 7))) << 3) + (m & 7)) >> 1;
+        uint hw, lw, ph, pl;
+        nv_split2(m <= i ? D_l[i * TP + m] : 0.0f, m + 1 <= i ? D_l[i * TP + m + 1] : 0.0f, &hw,
+                  &lw);
+        nv_split2(m <= i ? A_l[i * AP + m] : 0.0f, m + 1 <= i ? A_l[i * AP + m + 1] : 0.0f, &ph,
+                  &pl);
+        tw[at] = hw;
+        tw[GC * GC / 2 + at] = lw;
+        pw[at] = ph;
+    }
+#else
     __global uint4 *fr = (__global uint4 *)sp;
     __global uint2 *fp = (__global uint2 *)(sp + GDN_SCR_P);
     for (int e = lid; e < 2 * 32 * 32; e += WG_SIZE) {
@@ -566,6 +586,7 @@ gdn_chunk_prep(GDN_ARGS, __global float *scr, long n_slots, int h0, int hcount)
         else
             fr[e] = (uint4)(h0w, h1w, l0w, l1w);
     }
+#endif
     for (int r = lid; r < GC; r += WG_SIZE) {
         sp[GDN_SCR_ROWS + r] = G_l[r];
         sp[GDN_SCR_ROWS + GC + r] = beta_l[r];

@@ -24,10 +24,19 @@
  * accuracy (CV_MMA_SPLIT=0 rounds them once); those that reach only the
  * output (S in S^T Q^T, P) are rounded once: the output is 16-bit anyway.
  *
+ * CV_GDN_WG (K 64 or 128, 4 or 8 warps): the same steps on Hopper's wgmma
+ * (cl/nv-wgmma.clh; emulated elsewhere): each warpgroup's 64 V rows are the
+ * A operand (from registers, the accumulators' fragments as above), every B
+ * operand is read by descriptor from local memory in the 128-byte swizzled
+ * layout: the k rows (K-major for X^T and S^T Q^T, N-major for the update),
+ * T's rounded part and remainder and P as 64 x 64 tiles that the first stage
+ * wrote already swizzled (built with CV_GDN_ROWS), copied as they are.
+ *
  * -D: CV_K (multiple of 16, <= 128), CV_V, CV_DT = CV_DTYPE (CV_DT_BF16 or
  * CV_DT_F16), CV_ST_DT, CV_SW (warps per work-group: 1, 2, 4 or 8),
- * CV_NV_PTX (NVIDIA). Local memory at K = 128: 44 KiB (the most NVIDIA's
- * OpenCL gives a work-group is 48 KiB).
+ * CV_NV_PTX (NVIDIA), CV_GDN_WG (with CV_SM90A on NVIDIA). Local memory at
+ * K = 128: 44 KiB, 42 KiB with CV_GDN_WG (the most NVIDIA's OpenCL gives a
+ * work-group is 48 KiB).
  */
 
 #ifndef CV_DTYPE
@@ -35,6 +44,15 @@
 #endif
 #ifndef CV_SW
 #define CV_SW 8
+#endif
+/* The wgmma form: the chunk's v values loaded before X^T (CV_GDN_VPRE), the
+ * next chunk's T and P tiles copied during this chunk's state update
+ * (CV_GDN_SPRE). */
+#ifndef CV_GDN_VPRE
+#define CV_GDN_VPRE 1
+#endif
+#ifndef CV_GDN_SPRE
+#define CV_GDN_SPRE 1
 #endif
 #ifndef CV_MMA_SPLIT
 #define CV_MMA_SPLIT 1
@@ -59,6 +77,7 @@
 
 // clvarlen-include: nv-mma.clh
 // clvarlen-include: gated-mma.clh
+// clvarlen-include: nv-wgmma.clh
 
 /* Two accumulator tiles (columns 16 s ..) as the A fragment they form, split. */
 inline void sc_afrag(float4 c0, float4 c1, uint4 *hi, uint4 *lo)
@@ -76,25 +95,169 @@ inline void sc_afrag(float4 c0, float4 c1, uint4 *hi, uint4 *lo)
  * be nonzero (the fragments' tiles right of the diagonal are never read). */
 #define SC_TILE_USED(i, kb) ((kb) <= (i) / 2)
 
+/* The chunk's v values at the lane's V rows va, vb8 (16-bit, as they are), two
+ * per word: vr[2 i + c] holds chunk rows 8 i + 2 t and + 1 of V row c ? vb8 : va;
+ * rows past nr and V rows past CV_V are 0. */
+inline void sc_vload(uint *vr, __global const uchar *vb, long v_stride, long c0, int nr, int h,
+                     int va, int vb8)
+{
+    const int t = get_local_id(0) & 3;
+    __global const ushort *v16 = (__global const ushort *)vb + (long)h * CV_V;
+    UNROLL
+    for (int i = 0; i < NT_C; i++)
+        for (int c = 0; c < 2; c++) {
+            const int vv = c ? vb8 : va, r0 = 8 * i + 2 * t;
+            const uint x0 = r0 < nr && vv < CV_V ? v16[(c0 + r0) * v_stride + vv] : 0u;
+            const uint x1 = r0 + 1 < nr && vv < CV_V ? v16[(c0 + r0 + 1) * v_stride + vv] : 0u;
+            vr[2 * i + c] = x0 | (x1 << 16);
+        }
+}
+
+/* Y^T = beta (V^T - e^G rk X^T) in place, v from sc_vload; the lane's chunk rows
+ * are 8 i + 2 t, + 1. */
+inline void sc_y(float4 *xt, __local const float *rows_l, const uint *vr)
+{
+    const int t = get_local_id(0) & 3;
+    UNROLL
+    for (int i = 0; i < NT_C; i++) {
+        const int r0 = 8 * i + 2 * t;
+        const float2 G = vload2(0, rows_l + r0), be = vload2(0, rows_l + GC + r0);
+        const float2 rk = vload2(0, rows_l + 2 * GC + r0);
+        const float e0 = exp(G.x) * rk.x, e1 = exp(G.y) * rk.y;
+        const uint a = vr[2 * i], b = vr[2 * i + 1];
+        const float vx[4] = {nv_h2f((ushort)(a & 0xffffu)), nv_h2f((ushort)(a >> 16)),
+                             nv_h2f((ushort)(b & 0xffffu)), nv_h2f((ushort)(b >> 16))};
+        xt[i] = (float4)(be.x * (vx[0] - e0 * xt[i].x), be.y * (vx[1] - e1 * xt[i].y),
+                         be.x * (vx[2] - e0 * xt[i].z), be.y * (vx[3] - e1 * xt[i].w));
+    }
+}
+
+/* O^T's columns (chunk rows) scaled by e^G rq. */
+inline void sc_oscale(float4 *ot, __local const float *rows_l)
+{
+    const int t = get_local_id(0) & 3;
+    UNROLL
+    for (int i = 0; i < NT_C; i++) {
+        const int r0 = 8 * i + 2 * t;
+        const float2 G = vload2(0, rows_l + r0), rq = vload2(0, rows_l + 3 * GC + r0);
+        const float e0 = exp(G.x) * rq.x, e1 = exp(G.y) * rq.y;
+        ot[i] *= (float4)(e0, e1, e0, e1);
+    }
+}
+
+/* O^T stored: rows c0 + chunk row, columns (V rows) va, vb8. */
+inline void sc_store_o(const float4 *ot, __global uchar *ob, long o_stride, long c0, int nr,
+                       int h, int va, int vb8)
+{
+    const int t = get_local_id(0) & 3;
+    UNROLL
+    for (int i = 0; i < NT_C; i++) {
+        const float y[4] = {ot[i].x, ot[i].y, ot[i].z, ot[i].w};
+        for (int e = 0; e < 4; e++) {
+            const int row = 8 * i + 2 * t + (e & 1), vv = (e >> 1) ? vb8 : va;
+            if (row < nr && vv < CV_V)
+                cv_store_f(ob, (c0 + row) * o_stride + (long)h * CV_V + vv, y[e], CV_DT);
+        }
+    }
+}
+
+/* D^T's k16 step kb (chunk rows 16 kb ..) times w_i = rk_i e^(G_last - G_i), as
+ * the split A fragment of the state update. */
+inline void sc_dw(float4 d0, float4 d1, int kb, __local const float *rows_l, float G_last,
+                  uint4 *ah, uint4 *al)
+{
+    const int r0 = 16 * kb + 2 * (get_local_id(0) & 3);
+    const float2 G0 = vload2(0, rows_l + r0), G1 = vload2(0, rows_l + r0 + 8);
+    const float2 k0 = vload2(0, rows_l + 2 * GC + r0), k1 = vload2(0, rows_l + 2 * GC + r0 + 8);
+    const float w0 = k0.x * exp(G_last - G0.x), w1 = k0.y * exp(G_last - G0.y);
+    const float w2 = k1.x * exp(G_last - G1.x), w3 = k1.y * exp(G_last - G1.y);
+    sc_afrag(d0 * (float4)(w0, w1, w0, w1), d1 * (float4)(w2, w3, w2, w3), ah, al);
+}
+
+#ifdef CV_GDN_WG
+#if CV_K != 64 && CV_K != 128
+#error "the wgmma scan takes K 64 or 128"
+#endif
+#if CV_SW != 4 && CV_SW != 8
+#error "the wgmma scan takes whole warpgroups"
+#endif
+/* The wgmma operands in local memory (cl/nv-wgmma.clh, SW = 1): the k (or q)
+ * rows in column blocks of 64 (GC * 128 bytes each), K-major for X^T and
+ * S^T Q^T (a k16 step 32 bytes along a row, every fourth the next block),
+ * N-major for the update (a k16 step 16 rows, 2048 bytes); T and P tiles of
+ * 64 x 64, K-major. */
+#define SC_BLK (GC * 128)
+#if CV_K == 128
+#define SC_XK(acc, a, b) WG_RS(64, 8, 0, 1, acc, a, b, 16, 1024, 32, SC_BLK, zero)
+#define SC_UPD(acc, a) WG_RS(128, 4, 1, 1, acc, a, Kc, SC_BLK, 1024, 2048, 4 * 2048, zero)
+#else
+#define SC_XK(acc, a, b) WG_RS(64, 4, 0, 1, acc, a, b, 16, 1024, 32, SC_BLK, zero)
+#define SC_UPD(acc, a) WG_RS(64, 4, 1, 1, acc, a, Kc, SC_BLK, 1024, 2048, 4 * 2048, zero)
+#endif
+#define SC_TT(acc, a, b) WG_RS(64, 4, 0, 1, acc, a, b, 16, 1024, 32, SC_BLK, zero)
+#define SC_TILE (GC * GC) /* a T or P tile, 16-bit elements */
+/* The second region: T's two tiles, then the q rows, at its start; P's tile
+ * after both, so that it is copied with T */
+#define SC_P_AT (GC * CV_K > 2 * SC_TILE ? GC * CV_K : 2 * SC_TILE)
+#define SC_SMEM (GC * CV_K + SC_P_AT + SC_TILE)
+
+/* Rows r < nr of a chunk's k (or q) rows into dst, swizzled as above; rows
+ * from nr on zero. cp.async where the rows are 16-byte units; the caller
+ * commits, waits and fences. */
+inline void sc_stage_sw(__local ushort *dst, __global const ushort *src, long stride, int nr)
+{
+    const bool vec = ((ulong)src & 15) == 0 && (stride & 7) == 0;
+    for (int e = get_local_id(0); e < GC * (CV_K / 8); e += WG_SIZE) {
+        const int c = e & 7, row = (e >> 3) % GC, blk = (e >> 3) / GC;
+        __local ushort *d = dst + blk * (GC * 64) + row * 64 + ((c ^ (row & 7)) << 3);
+        const int col = 64 * blk + 8 * c, ok = row < nr;
+        if (vec)
+            cp_async16(d, (__global const uchar *)(src + (ok ? row : 0) * stride + col),
+                       ok ? 16 : 0);
+        else
+            for (int i = 0; i < 8; i++)
+                d[i] = ok ? src[row * stride + col + i] : (ushort)0;
+    }
+}
+
+/* n16 16-byte units of a chunk's scratch into local memory, as they are. */
+inline void sc_copy(__local ushort *dst, __global const float *src, int n16)
+{
+    for (int e = get_local_id(0); e < n16; e += WG_SIZE)
+        cp_async16(dst + 8 * e, (__global const uchar *)src + 16 * e, 16);
+}
+#endif
+
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hcount)
 {
-    /* k rows; then T^T's fragments, and after D the q rows and P^T's fragments
-     * in the same place (local memory holds no more on NVIDIA) */
+    /* k rows; then T^T's fragments (wgmma: T's tiles), and after D the q rows and
+     * P^T's fragments (P's tile) in the same place (local memory holds no more on
+     * NVIDIA) */
+#ifdef CV_GDN_WG
+    /* swizzle atoms start 1024-byte aligned: the address is rounded up here
+     * rather than trusting a compiler with so large an alignment (PoCL) */
+    __local ushort smem_raw[SC_SMEM + 448] __attribute__((aligned(128)));
+    __local ushort *smem = (__local ushort *)(((size_t)smem_raw + 1023) & ~(size_t)1023);
+    __local ushort *Kc = smem, *R2 = smem + GC * CV_K;
+#else
     __local ushort smem[GC * KP + SC_R2_SHORTS] __attribute__((aligned(16)));
+    __local ushort *Kc = smem, *Qc = smem + GC * KP;
+    __local uint4 *Tl = (__local uint4 *)(smem + GC * KP);
+    __local uint2 *Pl = (__local uint2 *)(smem + 2 * GC * KP);
+#endif
     __local float rows_l[4 * GC]; /* G, beta, rk, rq */
     EMU_DECL
 #ifndef CV_NV_PTX
     __local uint *emu = emu_scratch;
 #endif
-    __local ushort *Kc = smem, *Qc = smem + GC * KP;
-    __local uint4 *Tl = (__local uint4 *)(smem + GC * KP);
-    __local uint2 *Pl = (__local uint2 *)(smem + 2 * GC * KP);
-    __local const float *G_l = rows_l, *beta_l = rows_l + GC, *rk_l = rows_l + 2 * GC,
-                        *rq_l = rows_l + 3 * GC;
+    __local const float *G_l = rows_l;
 
     const int lid = get_local_id(0), lane = lid & 31, g = lane >> 2, t = lane & 3;
     const int warp = lid >> 5;
+#ifdef CV_GDN_WG
+    const uint zero = (uint)((ulong)n_slots >> 63); /* 0, unknown to the compilers (nv-wgmma.clh) */
+#endif
     const int vtiles = (CV_V + 16 * CV_SW - 1) / (16 * CV_SW);
     const long grp = get_group_id(0);
     const int vt = (int)(grp % vtiles);
@@ -140,19 +303,49 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
         __global const ushort *kh = CV_CPTR(ushort, k, k_off) + c0 * k_stride + (long)hq * CV_K;
         __global const ushort *qh = CV_CPTR(ushort, q, q_off) + c0 * q_stride + (long)hq * CV_K;
         barrier(CLK_LOCAL_MEM_FENCE); /* the last chunk's readers are done */
+#ifdef CV_GDN_WG
+        sc_stage_sw(Kc, kh, k_stride, nr);
+        if (!CV_GDN_SPRE || ci == 0) { /* else copied during the last chunk's update */
+            sc_copy(R2, sp, 2 * SC_TILE / 8); /* T's rounded part, then its remainder */
+            sc_copy(R2 + SC_P_AT, sp + GDN_SCR_P, SC_TILE / 8);
+        }
+        cp_async_commit();
+#else
         gdn_stage_rows(Kc, kh, k_stride, nr);
         for (int e = lid; e < 32 * 32; e += WG_SIZE)
             if (SC_TILE_USED(e >> 7, (e >> 5) & 3))
                 Tl[e] = ((__global const uint4 *)sp)[e];
+#endif
         for (int e = lid; e < 4 * GC; e += WG_SIZE)
             rows_l[e] = sp[GDN_SCR_ROWS + e];
+#ifdef CV_GDN_WG
+        cp_async_wait_all();
+        fence_proxy_async();
+#endif
         barrier(CLK_LOCAL_MEM_FENCE);
 
-        /* X^T = S^T K^T: B[k][i] = K[i][k], ldmatrix rows i */
+        uint vr[2 * NT_C]; /* the chunk's v (sc_vload) */
+#if defined(CV_GDN_WG) && CV_GDN_VPRE
+        /* loaded before X^T, whose products hide their latency */
+        sc_vload(vr, vb, v_stride, c0, nr, h, va, vb8);
+#endif
+        /* X^T = S^T K^T: B[k][i] = K[i][k] */
         float4 xt[NT_C];
         UNROLL
         for (int i = 0; i < NT_C; i++)
             xt[i] = (float4)(0.0f);
+#ifdef CV_GDN_WG
+        {
+            uint4 ah[KSTEPS], al[KSTEPS];
+            UNROLL
+            for (int s = 0; s < KSTEPS; s++)
+                sc_afrag(sc[2 * s], sc[2 * s + 1], &ah[s], &al[s]);
+            SC_XK(xt, ah, Kc);
+#if CV_MMA_SPLIT
+            SC_XK(xt, al, Kc);
+#endif
+        }
+#else
         UNROLL
         for (int s = 0; s < KSTEPS; s++) {
             uint4 ah, al;
@@ -166,31 +359,31 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
                 xt[i + 1] = gdn_mma_xa(ah, al, kb.z, kb.w, xt[i + 1] GDN_EMU);
             }
         }
-
-        /* Y^T = beta (V^T - e^G rk X^T) in place; the lane's chunk rows are 8 i + 2 t, + 1 */
+#endif
         const float G_last = G_l[nr - 1];
-        UNROLL
-        for (int i = 0; i < NT_C; i++) {
-            const int r0 = 8 * i + 2 * t;
-            const float2 G = vload2(0, G_l + r0), be = vload2(0, beta_l + r0);
-            const float2 rk = vload2(0, rk_l + r0);
-            const float e0 = exp(G.x) * rk.x, e1 = exp(G.y) * rk.y;
-            float vx[4];
-            for (int e = 0; e < 4; e++) {
-                const int row = r0 + (e & 1), vv = (e >> 1) ? vb8 : va;
-                vx[e] = (row < nr && vv < CV_V)
-                            ? LOAD_ACT(vb, (c0 + row) * v_stride + (long)h * CV_V + vv)
-                            : 0.0f;
-            }
-            xt[i] = (float4)(be.x * (vx[0] - e0 * xt[i].x), be.y * (vx[1] - e1 * xt[i].y),
-                             be.x * (vx[2] - e0 * xt[i].z), be.y * (vx[3] - e1 * xt[i].w));
-        }
+#if !defined(CV_GDN_WG) || !CV_GDN_VPRE
+        sc_vload(vr, vb, v_stride, c0, nr, h, va, vb8);
+#endif
+        sc_y(xt, rows_l, vr);
 
         /* D^T = Y^T T^T (T lower triangular: k-steps right of the diagonal skipped) */
         float4 dt[NT_C];
         UNROLL
         for (int i = 0; i < NT_C; i++)
             dt[i] = (float4)(0.0f);
+#ifdef CV_GDN_WG
+        {
+            uint4 ah[GC / 16], al[GC / 16];
+            UNROLL
+            for (int kb = 0; kb < GC / 16; kb++)
+                sc_afrag(xt[2 * kb], xt[2 * kb + 1], &ah[kb], &al[kb]);
+            SC_TT(dt, ah, R2);
+#if CV_MMA_SPLIT
+            SC_TT(dt, ah, R2 + SC_TILE);
+            SC_TT(dt, al, R2);
+#endif
+        }
+#else
         UNROLL
         for (int kb = 0; kb < GC / 16; kb++) {
             uint4 ah, al;
@@ -201,13 +394,21 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
                 dt[i] = gdn_mma_xx(ah, al, f.x, f.y, f.z, f.w, dt[i] GDN_EMU);
             }
         }
+#endif
 
         /* T read by every warp: the q rows and P^T's fragments in its place */
         barrier(CLK_LOCAL_MEM_FENCE);
+#ifdef CV_GDN_WG
+        sc_stage_sw(R2, qh, q_stride, nr);
+        cp_async_commit();
+        cp_async_wait_all();
+        fence_proxy_async();
+#else
         gdn_stage_rows(Qc, qh, q_stride, nr);
         for (int e = lid; e < 32 * 32; e += WG_SIZE)
             if (SC_TILE_USED(e >> 7, (e >> 5) & 3))
                 Pl[e] = ((__global const uint2 *)(sp + GDN_SCR_P))[e];
+#endif
         barrier(CLK_LOCAL_MEM_FENCE);
 
         /* O^T = e^G rq (S^T Q^T) + D^T P^T, stored (after X^T: fewer live registers).
@@ -217,6 +418,29 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
         UNROLL
         for (int i = 0; i < NT_C; i++)
             ot[i] = (float4)(0.0f);
+#ifdef CV_GDN_WG
+        {
+            uint4 as[KSTEPS];
+            UNROLL
+            for (int s = 0; s < KSTEPS; s++) {
+                const float4 s0 = sc[2 * s], s1 = sc[2 * s + 1];
+                as[s] = (uint4)(pack2(s0.x, s0.y), pack2(s0.z, s0.w), pack2(s1.x, s1.y),
+                                pack2(s1.z, s1.w));
+            }
+            SC_XK(ot, as, R2);
+        }
+        sc_oscale(ot, rows_l);
+        {
+            uint4 ah[GC / 16], al[GC / 16];
+            UNROLL
+            for (int kb = 0; kb < GC / 16; kb++)
+                sc_afrag(dt[2 * kb], dt[2 * kb + 1], &ah[kb], &al[kb]);
+            SC_TT(ot, ah, R2 + SC_P_AT);
+#if CV_MMA_SPLIT
+            SC_TT(ot, al, R2 + SC_P_AT);
+#endif
+        }
+#else
         UNROLL
         for (int s = 0; s < KSTEPS; s++) {
             const float4 s0 = sc[2 * s], s1 = sc[2 * s + 1];
@@ -230,13 +454,7 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
                 ot[i + 1] = mma16816(ah, qb.z, qb.w, ot[i + 1]);
             }
         }
-        UNROLL
-        for (int i = 0; i < NT_C; i++) {
-            const int r0 = 8 * i + 2 * t;
-            const float2 G = vload2(0, G_l + r0), rq = vload2(0, rq_l + r0);
-            const float e0 = exp(G.x) * rq.x, e1 = exp(G.y) * rq.y;
-            ot[i] *= (float4)(e0, e1, e0, e1);
-        }
+        sc_oscale(ot, rows_l);
         UNROLL
         for (int kb = 0; kb < GC / 16; kb++) {
             uint4 ah, al;
@@ -247,36 +465,46 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
                 ot[i] = gdn_mma_xa(ah, al, f.x, f.y, ot[i] GDN_EMU);
             }
         }
-        UNROLL
-        for (int i = 0; i < NT_C; i++) {
-            const float y[4] = {ot[i].x, ot[i].y, ot[i].z, ot[i].w};
-            for (int e = 0; e < 4; e++) {
-                const int row = 8 * i + 2 * t + (e & 1), vv = (e >> 1) ? vb8 : va;
-                if (row < nr && vv < CV_V)
-                    cv_store_f(ob, (c0 + row) * o_stride + (long)h * CV_V + vv, y[e], CV_DT);
-            }
-        }
+#endif
+        sc_store_o(ot, ob, o_stride, c0, nr, h, va, vb8);
 
-        /* S^T = e^(G_last) S^T + (D^T w) K: B[k = i][n = kk] = K[i][kk], ldmatrix.trans */
+        /* S^T = e^(G_last) S^T + (D^T w) K: B[k = i][n = kk] = K[i][kk] */
         const float eGl = exp(G_last);
         UNROLL
         for (int j = 0; j < NT_K; j++)
             sc[j] *= eGl;
+#ifdef CV_GDN_WG
+        {
+            uint4 ah[GC / 16], al[GC / 16];
+            UNROLL
+            for (int kb = 0; kb < GC / 16; kb++)
+                sc_dw(dt[2 * kb], dt[2 * kb + 1], kb, rows_l, G_last, &ah[kb], &al[kb]);
+#if CV_GDN_SPRE
+            /* every warp is done with the q rows and P: the next chunk's T and P
+             * into their places while the update runs (waited for at its start) */
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (c0 + GC < eos) {
+                __global const float *sn =
+                    scr + ((at + 1 < n_slots ? at + 1 : 0) * hcount + (h - h0)) * (long)GDN_SCR_FLOATS;
+                sc_copy(R2, sn, 2 * SC_TILE / 8);
+                sc_copy(R2 + SC_P_AT, sn + GDN_SCR_P, SC_TILE / 8);
+                cp_async_commit();
+            }
+#endif
+            SC_UPD(sc, ah);
+#if CV_MMA_SPLIT
+            SC_UPD(sc, al);
+#endif
+        }
+#else
         UNROLL
         for (int kb = 0; kb < GC / 16; kb++) {
-            float4 d0 = dt[2 * kb], d1 = dt[2 * kb + 1];
-            const int r0 = 16 * kb + 2 * t;
-            const float2 G0 = vload2(0, G_l + r0), G1 = vload2(0, G_l + r0 + 8);
-            const float2 k0 = vload2(0, rk_l + r0), k1 = vload2(0, rk_l + r0 + 8);
-            const float w0 = k0.x * exp(G_last - G0.x), w1 = k0.y * exp(G_last - G0.y);
-            const float w2 = k1.x * exp(G_last - G1.x), w3 = k1.y * exp(G_last - G1.y);
-            d0 *= (float4)(w0, w1, w0, w1);
-            d1 *= (float4)(w2, w3, w2, w3);
             uint4 ah, al;
-            sc_afrag(d0, d1, &ah, &al);
+            sc_dw(dt[2 * kb], dt[2 * kb + 1], kb, rows_l, G_last, &ah, &al);
             UNROLL
             for (int j = 0; j < NT_K; j += 2) {
-                /* matrices: rows 16kb.. cols 8j.., rows 16kb+8.. cols 8j.., then j + 1 */
+                /* matrices: rows 16kb.. cols 8j.., rows 16kb+8.. cols 8j.., then j + 1;
+                 * ldmatrix.trans */
                 const int m = lane >> 3, r = lane & 7;
                 const int off = (16 * kb + 8 * (m & 1) + r) * KP + 8 * (j + (m >> 1));
                 const uint4 kb4 = ldsm_x4_trans(Kc + off);
@@ -284,6 +512,7 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
                 sc[j + 1] = gdn_mma_xa(ah, al, kb4.z, kb4.w, sc[j + 1] GDN_EMU);
             }
         }
+#endif
     }
 
     if (slot >= 0 && (flags & GDN_WRITE_BACK)) {

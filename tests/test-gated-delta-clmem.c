@@ -150,6 +150,21 @@ START_TEST(mma_chunked)
 }
 END_TEST
 
+/* The two-stage path with the scan on wgmma (CV_GDN_WG, emulated off Hopper):
+ * K 64 and 128 (the form's head dims), 8 and 4 warps, V past the last
+ * warpgroup's rows (40, 72), both dtypes and state layouts, the update
+ * disabled once. */
+START_TEST(wgmma_scan)
+{
+    static const char *const tuning[4] = {"mma=1,scan=1,wgmma=1", "mma=1,scan=1,sw=4,wgmma=1",
+                                          "mma=1,scan=1,sw=4,wgmma=1", "mma=1,scan=1,wgmma=1"};
+    static const int dims[4][2] = {{64, 40}, {128, 72}, {64, 64}, {128, 24}};
+    chunked_edge_case(tuning[_i], 401 + (uint64_t)_i, dims[_i][0], dims[_i][1],
+                      _i & 2 ? CLVARLEN_DTYPE_F16 : CLVARLEN_DTYPE_BF16, _i != 1,
+                      _i & 1 ? CLVARLEN_STATE_KV : CLVARLEN_STATE_VK, _i == 2);
+}
+END_TEST
+
 /* The tensor-core chunked kernel at K = V = 128 (bf16, HV/H 2; the f32 case
  * of the same test runs the portable chunked kernel). */
 START_TEST(mma_large_heads)
@@ -583,6 +598,7 @@ void gdn_add_cl_cases(TCase *oracle, TCase *api)
     tcase_add_test(oracle, auto_per_sequence);
     tcase_add_test(oracle, chunked_wide_group);
     tcase_add_loop_test(oracle, mma_chunked, 0, 8);
+    tcase_add_loop_test(oracle, wgmma_scan, 0, 4);
     tcase_add_loop_test(oracle, portable_chunked, 0, 4);
     tcase_add_test(oracle, mma_large_heads);
     tcase_add_test(oracle, chunked_then_decode);

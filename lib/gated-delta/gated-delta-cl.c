@@ -23,6 +23,8 @@ typedef struct gdn_tiles {
     int split;         /* ... computed operands as rounded part + remainder (0: rounded) */
     int scan, sw;      /* ... as two stages (gdn_chunk_prep, gdn_chunk_scan; 0: the fused
                         * gdn_chunked_mma), the scan's warps per group */
+    int wgmma;         /* ... the scan on wgmma (CV_GDN_WG; sm_90a, else emulated) */
+    int wgpre;         /* ... its prefetches: bit 0 CV_GDN_VPRE, bit 1 CV_GDN_SPRE */
     int only;          /* tuning sweeps: launch only stage 1 or 2 (wrong results; 0: both) */
     int blas;          /* chunked without tensor cores: CLBlast products + own kernels
                         * (cl/gated-delta-blas.cl; 0: the fused portable kernel) */
@@ -37,6 +39,10 @@ typedef struct gdn_tiles {
  * 243) took 2.5 ms chunked against 6.2 ms token by token; 16 / 16384 3.8 ms
  * against 12.9 ms. Shorter than a chunk was not measured. */
 #define GDN_MMA_CHUNK_MIN 64
+/* Whether the scan's wgmma form is the default on Hopper (gdn_resolve_mma):
+ * H200 (H 16, HV 32, K = V = 128, bf16), the whole prefill 1.23-1.29x faster
+ * than with the mma.sync scan in one command (docs/PERFORMANCE.md). */
+#define GDN_WGMMA_DEFAULT 1
 /* AUTO on the cl_mem entry point (lengths stay on the device): the chunked
  * kernel runs only for batches of at least this many tokens per sequence. */
 #define GDN_AUTO_MIN_AVG 16
@@ -71,6 +77,16 @@ static size_t gdn_scan_local_bytes(int K, int sw, int ptx)
     return prep > scan ? prep : scan;
 }
 
+/* Local memory of gdn_chunk_scan's wgmma form (CV_GDN_WG): the k rows, then
+ * T's two tiles or the q rows, and P's tile (16-bit), the 1024-byte alignment's
+ * slack, four per-row arrays and, emulated, the lanes' scratch. */
+static size_t gdn_scan_wg_local_bytes(int K, int sw, int ptx)
+{
+    const size_t tile = (size_t)GDN_CHUNK * GDN_CHUNK, rows = (size_t)GDN_CHUNK * K;
+    const size_t r2 = CV_MAX(rows, 2 * tile) + tile;
+    return (rows + r2 + 448) * 2 + 4 * GDN_CHUNK * 4 + (ptx ? 0 : (size_t)32 * sw * 6 * 4);
+}
+
 /* Local memory of gdn_chunked, as declared there: the state, B and R tiles,
  * the slab/A union, the diagonal-block inverses and five per-token arrays. */
 static size_t gdn_chunk_local_bytes(int K, int cvt, int ks)
@@ -89,12 +105,16 @@ static size_t gdn_chunk_local_bytes(int K, int cvt, int ks)
  * it as one fused kernel instead of two stages, "sw=N" the scan's warps per group,
  * "only=1" / "only=2" launches only that stage (for timing it: results are wrong),
  * "scr=N" caps the two stages' scratch at N KiB (heads go in smaller groups),
+ * "wgmma=0/1" turns the scan's wgmma form off or on (on: emulated off Hopper),
+ * "wgpre=N" its prefetches (bit 0: v before X^T, bit 1: the next chunk's T and P;
+ * default 3),
  * "vec=0" keeps the token kernel's scalar state loads, "pre=0" drops its
  * next-token prefetch, "blas=0" runs the portable chunked path as one fused
  * kernel instead of CLBlast's products and the kernels around them. */
 static void gdn_tuning_override(int *wg, int *vt, int *tk, int *cwg, int *cvt, int64_t *cmin,
                                 int *mma, int *mvt, int *split, int *scan, int *sw, int *only,
-                                long long *scr_kib, int *vec4, int *pre, int *blas)
+                                long long *scr_kib, int *vec4, int *pre, int *blas, int *wgmma,
+                                int *wgpre)
 {
     const char *env = getenv("CLVARLEN_GDN_TUNING");
     if (!env)
@@ -135,6 +155,10 @@ static void gdn_tuning_override(int *wg, int *vt, int *tk, int *cwg, int *cvt, i
             *pre = val != 0;
         else if (!strcmp(key, "blas"))
             *blas = val != 0;
+        else if (!strcmp(key, "wgmma"))
+            *wgmma = val != 0;
+        else if (!strcmp(key, "wgpre"))
+            *wgpre = (int)val & 3;
         env += used;
         if (*env == ',')
             env++;
@@ -145,7 +169,7 @@ static void gdn_tuning_override(int *wg, int *vt, int *tk, int *cwg, int *cvt, i
  * 128, and its local memory within the device's. force: -1 auto, 0 off, 1 on
  * (emulated where there is no inline PTX). */
 static void gdn_resolve_mma(const clvarlen_context *ctx, const cv_gdn_problem *p, int force,
-                            int mvt, int scan, int sw, gdn_tiles *t)
+                            int mvt, int scan, int sw, int wgmma, gdn_tiles *t)
 {
     const bool nv = ctx->device.vendor == CLVARLEN_VENDOR_NVIDIA &&
                     ctx->device.cc_major >= 8 && ctx->tuning.nvidia_mma &&
@@ -162,6 +186,14 @@ static void gdn_resolve_mma(const clvarlen_context *ctx, const cv_gdn_problem *p
     t->scan = t->mma && scan && !ctx->gdn_scan_refused &&
               gdn_scan_local_bytes((int)p->K, t->sw, t->ptx) <= local &&
               (uint64_t)32 * t->sw <= maxwg;
+    /* the scan on wgmma: Hopper (sm_90a through the loader's PTX patch), K 64 or
+     * 128, whole warpgroups; wgmma=1 forces it anywhere (emulated off NVIDIA) */
+    t->wgmma = t->scan && (p->K == 64 || p->K == 128) && (t->sw == 4 || t->sw == 8) &&
+               gdn_scan_wg_local_bytes((int)p->K, t->sw, t->ptx) <= local &&
+               (wgmma > 0 || (wgmma < 0 && GDN_WGMMA_DEFAULT && t->ptx &&
+                              ctx->device.cc_major == 9 && !ctx->gdn_wgmma_refused));
+    if (wgmma > 0 && t->ptx && (ctx->device.cc_major != 9 || ctx->gdn_wgmma_refused))
+        t->wgmma = 0; /* sm_90a only */
 }
 
 static void gdn_resolve_tiles(const clvarlen_context *ctx, const cv_gdn_problem *p, gdn_tiles *t)
@@ -185,18 +217,19 @@ static void gdn_resolve_tiles(const clvarlen_context *ctx, const cv_gdn_problem 
     /* the two stages with 8 warps per scan group: H100 (docs/PERFORMANCE.md) 1.37 /
      * 0.91 / 2.95 / 5.95 ms on the bench's four prefill batches, against 1.50 /
      * 0.95 / 3.31 / 6.29 with 4 warps and 2.43 / 1.70 / 4.87 / - fused */
-    int mma = -1, mvt = 32, split = 1, scan = 1, sw = 8, only = 0;
+    int mma = -1, mvt = 32, split = 1, scan = 1, sw = 8, only = 0, wgmma = -1, wgpre = 3;
     long long scr_kib = 0;
     int vec4 = 1, pre = !tu->gdn_no_prefetch, blas = tu->gdn_chunk_blas;
     gdn_tuning_override(&wg, &vt, &tk, &cwg, &cvt, &cmin, &mma, &mvt, &split, &scan, &sw, &only,
-                        &scr_kib, &vec4, &pre, &blas);
+                        &scr_kib, &vec4, &pre, &blas, &wgmma, &wgpre);
+    t->wgpre = wgpre;
     t->vec4 = vec4;
     t->prefetch = pre;
     t->only = only;
     t->scr_cap = scr_kib > 0 ? (size_t)scr_kib << 10 : GDN_SCR_CAP;
     t->scr_set = scr_kib > 0;
     t->split = split;
-    gdn_resolve_mma(ctx, p, mma, mvt, scan, sw, t);
+    gdn_resolve_mma(ctx, p, mma, mvt, scan, sw, wgmma, t);
     {
         const uint64_t local =
             ctx->device.local_mem_bytes ? ctx->device.local_mem_bytes : 32768;
@@ -251,12 +284,17 @@ static clvarlen_status gdn_kernel(clvarlen_context *ctx, const cv_gdn_problem *p
     const bool scan = strcmp(name, "gdn_chunk_scan") == 0;
     if (scan || strcmp(name, "gdn_chunked_mma") == 0 || strcmp(name, "gdn_chunk_prep") == 0) {
         const int dt = cv_dtype_kernel_code(p->dtype);
+        const bool prep = strcmp(name, "gdn_chunk_prep") == 0;
         snprintf(opts, sizeof opts,
                  "-DCV_K=%d -DCV_V=%d -DCV_DT=%d -DCV_DTYPE=%d -DCV_ST_DT=%d -DCV_%s=%d "
-                 "-DCV_MMA_SPLIT=%d%s",
+                 "-DCV_MMA_SPLIT=%d%s%s%s%s%s",
                  (int)p->K, (int)p->V, dt, dt, cv_dtype_kernel_code(p->state_dtype),
                  scan ? "SW" : "MVT", scan ? t->sw : t->mvt, t->split,
-                 t->ptx ? " -DCV_NV_PTX=1" : "");
+                 t->ptx ? " -DCV_NV_PTX=1" : "", t->wgmma && prep ? " -DCV_GDN_ROWS=1" : "",
+                 t->wgmma && scan ? (t->ptx ? " -DCV_GDN_WG=1 " CV_SM90A_OPTION : " -DCV_GDN_WG=1")
+                                  : "",
+                 t->wgmma && scan && !(t->wgpre & 1) ? " -DCV_GDN_VPRE=0" : "",
+                 t->wgmma && scan && !(t->wgpre & 2) ? " -DCV_GDN_SPRE=0" : "");
         return cv_get_kernel(ctx, scan ? "gated-delta-scan.cl" : "gated-delta-mma.cl", opts,
                              name, kernel);
     }
@@ -438,6 +476,21 @@ static clvarlen_status gdn_enqueue_scan(cv_chain *c, const cv_gdn_problem *p,
         return CLVARLEN_SUCCESS;
     }
     cl_kernel kp, ks;
+    gdn_tiles mma_sync;
+    if (t->wgmma && t->ptx &&
+        ((st = gdn_kernel(c->ctx, p, t, "gdn_chunk_prep", &kp)) != CLVARLEN_SUCCESS ||
+         (st = gdn_kernel(c->ctx, p, t, "gdn_chunk_scan", &ks)) != CLVARLEN_SUCCESS)) {
+        if (st != CLVARLEN_ERROR_KERNEL_BUILD)
+            return st;
+        /* the driver (or the PTX patch step) refused the wgmma form: mma.sync from now on */
+        c->ctx->gdn_wgmma_refused = 1;
+        cv_log(c->ctx, CLVARLEN_LOG_INFO, "gated delta: the scan's wgmma form refused (%s)",
+               clvarlen_last_error(c->ctx));
+        cv_clear_error(c->ctx);
+        mma_sync = *t;
+        mma_sync.wgmma = 0;
+        t = &mma_sync;
+    }
     if ((st = gdn_kernel(c->ctx, p, t, "gdn_chunk_prep", &kp)) != CLVARLEN_SUCCESS ||
         (st = gdn_kernel(c->ctx, p, t, "gdn_chunk_scan", &ks)) != CLVARLEN_SUCCESS) {
         if (st != CLVARLEN_ERROR_KERNEL_BUILD || !t->ptx)

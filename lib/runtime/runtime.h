@@ -110,6 +110,7 @@ struct clvarlen_context {
     int gdn_shfl_refused;      /* the driver refused gated delta's warp shuffles */
     int gdn_mma_refused;       /* the driver refused gated delta's tensor-core kernel */
     int gdn_scan_refused;      /* ... or only its two-stage form (prep and scan kernels) */
+    int gdn_wgmma_refused;     /* ... or only the scan's wgmma form (sm_90a) */
     int gdn_blas_refused;      /* CLBlast or the kernels around it failed for the portable
                                 * chunked path: the fused portable kernel from then on */
     int exact_div;             /* f32 divide is correctly rounded (CL_DEVICE_SINGLE_FP_CONFIG) */

@@ -7,7 +7,7 @@ compiled only by NVIDIA's driver, so a C-level error in them (a parameter
 named like an OpenCL type, a wrong operand list) would first show on a GPU.
 This runs `clvarlen-test check --quick` on an OpenCL device of this machine
 with the tensor-core kernels forced (CLVARLEN_ATTENTION_KERNEL=mma, then
-wgmma; CLVARLEN_GDN_TUNING=mma=1) and CLVARLEN_SOURCE_DUMP set, then compiles
+wgmma; CLVARLEN_GDN_TUNING=mma=1, then with the scan's wgmma form) and CLVARLEN_SOURCE_DUMP set, then compiles
 every dumped NVIDIA program with clang for nvptx64 (-fsyntax-only, the
 program's own options plus -DCV_NV_PTX=1): clang checks the OpenCL C and the
 inline-asm operand constraints; the PTX text inside the asm strings is
@@ -47,18 +47,21 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
     dump = os.path.join(work, "dump")
     os.makedirs(dump)
-    # (kernel, op, CLVARLEN_ATTENTION_TUNING, CLVARLEN_ATTN_BWD_TUNING): the
-    # forward's wgmma form with Q's tile in local memory (its default), in
-    # registers, and pipelined; the backward's with its products paired in
-    # dk/dv (the default) and in dq only
-    runs = [("mma", "attention", "", ""), ("wgmma", "attention", "", ""),
-            ("wgmma", "attention", "wgqs=0", ""), ("wgmma", "attention-bf16", "pipe=1", ""),
-            ("wgmma", "attention-bwd-bf16", "", "pair=2"),
-            ("mma", "paged", "", ""), ("mma", "gated-delta", "", "")]
-    for kernel, op, tuning, bwd_tuning in runs:
+    # (kernel, op, CLVARLEN_ATTENTION_TUNING, CLVARLEN_ATTN_BWD_TUNING,
+    # CLVARLEN_GDN_TUNING): the forward's wgmma form with Q's tile in local
+    # memory (its default), in registers, and pipelined; the backward's with its
+    # products paired in dk/dv (the default) and in dq only; the gated delta
+    # scan on mma.sync and on wgmma
+    runs = [("mma", "attention", "", "", "mma=1"), ("wgmma", "attention", "", "", "mma=1"),
+            ("wgmma", "attention", "wgqs=0", "", "mma=1"),
+            ("wgmma", "attention-bf16", "pipe=1", "", "mma=1"),
+            ("wgmma", "attention-bwd-bf16", "", "pair=2", "mma=1"),
+            ("mma", "paged", "", "", "mma=1"), ("mma", "gated-delta", "", "", "mma=1,wgmma=0"),
+            ("mma", "gated-delta", "", "", "mma=1,wgmma=1")]
+    for kernel, op, tuning, bwd_tuning, gdn_tuning in runs:
         env = dict(os.environ, CLVARLEN_SOURCE_DUMP=dump, CLVARLEN_ATTENTION_KERNEL=kernel,
                    CLVARLEN_ATTENTION_TUNING=tuning, CLVARLEN_ATTN_BWD_TUNING=bwd_tuning,
-                   CLVARLEN_GDN_TUNING="mma=1", CLVARLEN_CACHE_DIR=os.path.join(work, "cache"))
+                   CLVARLEN_GDN_TUNING=gdn_tuning, CLVARLEN_CACHE_DIR=os.path.join(work, "cache"))
         r = subprocess.run([tool, "check", "--quick", "--device", "opencl", "--op", op], env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if r.returncode == 3 and "no OpenCL" in r.stdout:
@@ -81,7 +84,7 @@ def main():
         options = first.split("clvarlen-build-options:", 1)[1].split()
         options = [o for o in options if o.startswith("-D")]
         options.append("-DCV_NV_PTX=1")
-        if "-DCV_WGMMA=1" in options:
+        if "-DCV_WGMMA=1" in options or "-DCV_GDN_WG=1" in options:
             seen_wgmma = True
             options.append("-DCV_SM90A=1")
         cmd = [clang, "-x", "cl", "-cl-std=CL1.2", "-target", "nvptx64-nvidia-nvcl",
