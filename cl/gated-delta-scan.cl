@@ -45,14 +45,15 @@
 #ifndef CV_SW
 #define CV_SW 8
 #endif
-/* The wgmma form: the chunk's v values loaded before X^T (CV_GDN_VPRE), the
- * next chunk's T and P tiles copied during this chunk's state update
+/* Options of the wgmma form, off by default (on an H200 neither was faster:
+ * docs/PERFORMANCE.md): the chunk's v values loaded before X^T (CV_GDN_VPRE),
+ * the next chunk's T and P tiles copied during this chunk's state update
  * (CV_GDN_SPRE). */
 #ifndef CV_GDN_VPRE
-#define CV_GDN_VPRE 1
+#define CV_GDN_VPRE 0
 #endif
 #ifndef CV_GDN_SPRE
-#define CV_GDN_SPRE 1
+#define CV_GDN_SPRE 0
 #endif
 #ifndef CV_MMA_SPLIT
 #define CV_MMA_SPLIT 1

@@ -153,11 +153,12 @@ END_TEST
 /* The two-stage path with the scan on wgmma (CV_GDN_WG, emulated off Hopper):
  * K 64 and 128 (the form's head dims), 8 and 4 warps, V past the last
  * warpgroup's rows (40, 72), both dtypes and state layouts, the update
- * disabled once. */
+ * disabled once, its two prefetch options (wgpre). */
 START_TEST(wgmma_scan)
 {
-    static const char *const tuning[4] = {"mma=1,scan=1,wgmma=1", "mma=1,scan=1,sw=4,wgmma=1",
-                                          "mma=1,scan=1,sw=4,wgmma=1", "mma=1,scan=1,wgmma=1"};
+    static const char *const tuning[4] = {
+        "mma=1,scan=1,wgmma=1", "mma=1,scan=1,sw=4,wgmma=1,wgpre=3", "mma=1,scan=1,sw=4,wgmma=1",
+        "mma=1,scan=1,wgmma=1,wgpre=2"};
     static const int dims[4][2] = {{64, 40}, {128, 72}, {64, 64}, {128, 24}};
     chunked_edge_case(tuning[_i], 401 + (uint64_t)_i, dims[_i][0], dims[_i][1],
                       _i & 2 ? CLVARLEN_DTYPE_F16 : CLVARLEN_DTYPE_BF16, _i != 1,

@@ -107,7 +107,7 @@ static size_t gdn_chunk_local_bytes(int K, int cvt, int ks)
  * "scr=N" caps the two stages' scratch at N KiB (heads go in smaller groups),
  * "wgmma=0/1" turns the scan's wgmma form off or on (on: emulated off Hopper),
  * "wgpre=N" its prefetches (bit 0: v before X^T, bit 1: the next chunk's T and P;
- * default 3),
+ * default 0: on an H200 neither was faster),
  * "vec=0" keeps the token kernel's scalar state loads, "pre=0" drops its
  * next-token prefetch, "blas=0" runs the portable chunked path as one fused
  * kernel instead of CLBlast's products and the kernels around them. */
@@ -217,7 +217,7 @@ static void gdn_resolve_tiles(const clvarlen_context *ctx, const cv_gdn_problem 
     /* the two stages with 8 warps per scan group: H100 (docs/PERFORMANCE.md) 1.37 /
      * 0.91 / 2.95 / 5.95 ms on the bench's four prefill batches, against 1.50 /
      * 0.95 / 3.31 / 6.29 with 4 warps and 2.43 / 1.70 / 4.87 / - fused */
-    int mma = -1, mvt = 32, split = 1, scan = 1, sw = 8, only = 0, wgmma = -1, wgpre = 3;
+    int mma = -1, mvt = 32, split = 1, scan = 1, sw = 8, only = 0, wgmma = -1, wgpre = 0;
     long long scr_kib = 0;
     int vec4 = 1, pre = !tu->gdn_no_prefetch, blas = tu->gdn_chunk_blas;
     gdn_tuning_override(&wg, &vt, &tk, &cwg, &cvt, &cmin, &mma, &mvt, &split, &scan, &sw, &only,
@@ -293,8 +293,8 @@ static clvarlen_status gdn_kernel(clvarlen_context *ctx, const cv_gdn_problem *p
                  t->ptx ? " -DCV_NV_PTX=1" : "", t->wgmma && prep ? " -DCV_GDN_ROWS=1" : "",
                  t->wgmma && scan ? (t->ptx ? " -DCV_GDN_WG=1 " CV_SM90A_OPTION : " -DCV_GDN_WG=1")
                                   : "",
-                 t->wgmma && scan && !(t->wgpre & 1) ? " -DCV_GDN_VPRE=0" : "",
-                 t->wgmma && scan && !(t->wgpre & 2) ? " -DCV_GDN_SPRE=0" : "");
+                 t->wgmma && scan && (t->wgpre & 1) ? " -DCV_GDN_VPRE=1" : "",
+                 t->wgmma && scan && (t->wgpre & 2) ? " -DCV_GDN_SPRE=1" : "");
         return cv_get_kernel(ctx, scan ? "gated-delta-scan.cl" : "gated-delta-mma.cl", opts,
                              name, kernel);
     }
