@@ -485,8 +485,8 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
              * into their places while the update runs (waited for at its start) */
             barrier(CLK_LOCAL_MEM_FENCE);
             if (c0 + GC < eos) {
-                __global const float *sn =
-                    scr + ((at + 1 < n_slots ? at + 1 : 0) * hcount + (h - h0)) * (long)GDN_SCR_FLOATS;
+                const long an = at + 1 < n_slots ? at + 1 : 0;
+                __global const float *sn = scr + (an * hcount + (h - h0)) * (long)GDN_SCR_FLOATS;
                 sc_copy(R2, sn, 2 * SC_TILE / 8);
                 sc_copy(R2 + SC_P_AT, sn + GDN_SCR_P, SC_TILE / 8);
                 cp_async_commit();

@@ -89,7 +89,8 @@ END_TEST
  * lengths around the chunk (200, 64, 65, 1, 0, 63, 130), H 2, HV 4, initial
  * states from the pool, two negative slots. */
 static void chunked_edge_case(const char *tuning, uint64_t seed, int K, int V, clvarlen_dtype dt,
-                              int l2norm, clvarlen_state_layout layout, int disable_update)
+                              int l2norm, clvarlen_state_layout layout, int disable_update,
+                              int64_t stride_pad)
 {
     setenv("CLVARLEN_GDN_TUNING", tuning, 1);
     static const int32_t lengths[7] = {200, 64, 65, 1, 0, 63, 130};
@@ -109,6 +110,7 @@ static void chunked_edge_case(const char *tuning, uint64_t seed, int K, int V, c
     cfg.dtype = dt;
     cfg.layout = layout;
     cfg.disable_update = disable_update;
+    cfg.stride_pad = stride_pad;
     cfg.algorithm = CLVARLEN_GDN_CHUNKED;
     gdn_case c;
     gdn_case_make(&c, &cfg);
@@ -128,7 +130,7 @@ START_TEST(portable_chunked)
     static const clvarlen_dtype dts[4] = {CLVARLEN_DTYPE_F32, CLVARLEN_DTYPE_BF16,
                                           CLVARLEN_DTYPE_F16, CLVARLEN_DTYPE_F32};
     chunked_edge_case(tuning[_i], 301 + (uint64_t)_i, dims[_i][0], dims[_i][1], dts[_i], _i != 2,
-                      _i & 1 ? CLVARLEN_STATE_KV : CLVARLEN_STATE_VK, 0);
+                      _i & 1 ? CLVARLEN_STATE_KV : CLVARLEN_STATE_VK, 0, 0);
 }
 END_TEST
 
@@ -146,14 +148,16 @@ START_TEST(mma_chunked)
         "mma=1,scan=0",      "mma=1,scan=0,mvt=16", "mma=1,scan=0",      "mma=1,scan=0,mvt=64"};
     chunked_edge_case(tuning[_i], 101 + (uint64_t)_i, _i & 1 ? 32 : 16, _i & 1 ? 40 : 24,
                       _i & 2 ? CLVARLEN_DTYPE_F16 : CLVARLEN_DTYPE_BF16, (_i & 3) != 3,
-                      _i & 1 ? CLVARLEN_STATE_KV : CLVARLEN_STATE_VK, (_i & 3) == 2);
+                      _i & 1 ? CLVARLEN_STATE_KV : CLVARLEN_STATE_VK, (_i & 3) == 2, 0);
 }
 END_TEST
 
 /* The two-stage path with the scan on wgmma (CV_GDN_WG, emulated off Hopper):
  * K 64 and 128 (the form's head dims), 8 and 4 warps, V past the last
  * warpgroup's rows (40, 72), both dtypes and state layouts, the update
- * disabled once, its two prefetch options (wgpre). */
+ * disabled once, token rows 3 elements apart from the packed layout once (the k
+ * and q rows staged element by element, not by cp.async), its two prefetch
+ * options (wgpre). */
 START_TEST(wgmma_scan)
 {
     static const char *const tuning[4] = {
@@ -162,7 +166,47 @@ START_TEST(wgmma_scan)
     static const int dims[4][2] = {{64, 40}, {128, 72}, {64, 64}, {128, 24}};
     chunked_edge_case(tuning[_i], 401 + (uint64_t)_i, dims[_i][0], dims[_i][1],
                       _i & 2 ? CLVARLEN_DTYPE_F16 : CLVARLEN_DTYPE_BF16, _i != 1,
-                      _i & 1 ? CLVARLEN_STATE_KV : CLVARLEN_STATE_VK, _i == 2);
+                      _i & 1 ? CLVARLEN_STATE_KV : CLVARLEN_STATE_VK, _i == 2, _i == 2 ? 3 : 0);
+}
+END_TEST
+
+/* The wgmma scan's check (lib/gated-delta/wgmma-check.c) made to fail
+ * (wgbad=1), each on a context of its own (the verdict is the context's): with
+ * the form forced (wgmma=1) the call fails and writes nothing, and so does a
+ * later call; with it on as the default is on Hopper (wgmma=2) the call runs
+ * the mma.sync form and is right. */
+START_TEST(wgmma_check_fails)
+{
+    clvarlen_context *ctx = tu_cl_context();
+    static const int32_t lengths[3] = {130, 1, 70};
+    gdn_case_cfg cfg = gdn_cfg_default();
+    cfg.seed = 501 + (uint64_t)_i;
+    cfg.K = 64;
+    cfg.V = 24;
+    cfg.n = 3;
+    cfg.lengths = lengths;
+    cfg.use_pool = 1;
+    cfg.slots = 3;
+    cfg.l2norm = 1;
+    cfg.dtype = CLVARLEN_DTYPE_BF16;
+    cfg.algorithm = CLVARLEN_GDN_CHUNKED;
+    gdn_case c;
+    gdn_case_make(&c, &cfg);
+    if (_i == 0) {
+        setenv("CLVARLEN_GDN_TUNING", "mma=1,scan=1,wgmma=1,wgbad=1", 1);
+        for (int call = 0; call < 2; call++) {
+            const clvarlen_status st = gdn_case_run(ctx, &c);
+            ck_assert_msg(st == (call ? CLVARLEN_ERROR_UNSUPPORTED : CLVARLEN_ERROR_KERNEL_BUILD),
+                          "call %d: %s", call, clvarlen_status_str(st));
+            ck_assert(strstr(clvarlen_last_error(ctx), "check") != NULL);
+            ck_assert(gdn_case_untouched(&c));
+        }
+    } else {
+        setenv("CLVARLEN_GDN_TUNING", "mma=1,scan=1,wgmma=2,wgbad=1", 1);
+        gdn_run_and_check(ctx, &c, "wgmma check failed: mma.sync");
+    }
+    gdn_case_free(&c);
+    clvarlen_context_destroy(ctx);
 }
 END_TEST
 
@@ -600,6 +644,7 @@ void gdn_add_cl_cases(TCase *oracle, TCase *api)
     tcase_add_test(oracle, chunked_wide_group);
     tcase_add_loop_test(oracle, mma_chunked, 0, 8);
     tcase_add_loop_test(oracle, wgmma_scan, 0, 4);
+    tcase_add_loop_test(oracle, wgmma_check_fails, 0, 2);
     tcase_add_loop_test(oracle, portable_chunked, 0, 4);
     tcase_add_test(oracle, mma_large_heads);
     tcase_add_test(oracle, chunked_then_decode);

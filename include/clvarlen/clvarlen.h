@@ -937,8 +937,10 @@ typedef enum clvarlen_gdn_algorithm {
      * buffer for later calls until clvarlen_context_destroy. Where it cannot be allocated the
      * call runs a fused kernel that needs none (slower, same result within SPEC 4). On
      * compute capability 9.x (Hopper), with key_dim 64 or 128, the second stage runs on
-     * wgmma (same work buffer; measured 1.23-1.29x faster on an H200) unless the driver
-     * refuses its build, in which case the mma.sync form runs from then on. On CPU
+     * wgmma (same work buffer; measured 1.23-1.29x faster on an H200). Its first use per
+     * key_dim and dtype on a context runs one 130-token sequence through it and through the
+     * CPU fallback; if they disagree, or the driver refuses its build, the mma.sync form
+     * runs from then on (logged at CLVARLEN_LOG_INFO). On CPU
      * OpenCL devices (PoCL), in a library built with CLBlast, the chunk-parallel products run
      * on CLBlast's batched SGEMM instead of the fused kernel (measured faster there), with a
      * work buffer of about 385 KiB per 64-token chunk (plus one per sequence) and value head

@@ -25,6 +25,8 @@ typedef struct gdn_tiles {
                         * gdn_chunked_mma), the scan's warps per group */
     int wgmma;         /* ... the scan on wgmma (CV_GDN_WG; sm_90a, else emulated) */
     int wgpre;         /* ... its prefetches: bit 0 CV_GDN_VPRE, bit 1 CV_GDN_SPRE */
+    int wgforce;       /* ... forced by the tuning (wgmma=1) */
+    int wgbad;         /* ... its check made to fail (tests of the fallback) */
     int only;          /* tuning sweeps: launch only stage 1 or 2 (wrong results; 0: both) */
     int blas;          /* chunked without tensor cores: CLBlast products + own kernels
                         * (cl/gated-delta-blas.cl; 0: the fused portable kernel) */
@@ -105,16 +107,18 @@ static size_t gdn_chunk_local_bytes(int K, int cvt, int ks)
  * it as one fused kernel instead of two stages, "sw=N" the scan's warps per group,
  * "only=1" / "only=2" launches only that stage (for timing it: results are wrong),
  * "scr=N" caps the two stages' scratch at N KiB (heads go in smaller groups),
- * "wgmma=0/1" turns the scan's wgmma form off or on (on: emulated off Hopper),
+ * "wgmma=0/1" turns the scan's wgmma form off or on (on: emulated off Hopper;
+ * 2: on but not forced, as the default on Hopper: a failed check falls back),
  * "wgpre=N" its prefetches (bit 0: v before X^T, bit 1: the next chunk's T and P;
- * default 0: on an H200 neither was faster),
+ * default 0: on an H200 neither was faster), "wgbad=1" makes the form's check fail
+ * (tests),
  * "vec=0" keeps the token kernel's scalar state loads, "pre=0" drops its
  * next-token prefetch, "blas=0" runs the portable chunked path as one fused
  * kernel instead of CLBlast's products and the kernels around them. */
 static void gdn_tuning_override(int *wg, int *vt, int *tk, int *cwg, int *cvt, int64_t *cmin,
                                 int *mma, int *mvt, int *split, int *scan, int *sw, int *only,
                                 long long *scr_kib, int *vec4, int *pre, int *blas, int *wgmma,
-                                int *wgpre)
+                                int *wgpre, int *wgbad)
 {
     const char *env = getenv("CLVARLEN_GDN_TUNING");
     if (!env)
@@ -156,9 +160,11 @@ static void gdn_tuning_override(int *wg, int *vt, int *tk, int *cwg, int *cvt, i
         else if (!strcmp(key, "blas"))
             *blas = val != 0;
         else if (!strcmp(key, "wgmma"))
-            *wgmma = val != 0;
+            *wgmma = (int)CV_MIN(CV_MAX(val, 0), 2);
         else if (!strcmp(key, "wgpre"))
             *wgpre = (int)val & 3;
+        else if (!strcmp(key, "wgbad"))
+            *wgbad = val != 0;
         env += used;
         if (*env == ',')
             env++;
@@ -194,6 +200,7 @@ static void gdn_resolve_mma(const clvarlen_context *ctx, const cv_gdn_problem *p
                               ctx->device.cc_major == 9 && !ctx->gdn_wgmma_refused));
     if (wgmma > 0 && t->ptx && (ctx->device.cc_major != 9 || ctx->gdn_wgmma_refused))
         t->wgmma = 0; /* sm_90a only */
+    t->wgforce = t->wgmma && wgmma == 1;
 }
 
 static void gdn_resolve_tiles(const clvarlen_context *ctx, const cv_gdn_problem *p, gdn_tiles *t)
@@ -217,12 +224,14 @@ static void gdn_resolve_tiles(const clvarlen_context *ctx, const cv_gdn_problem 
     /* the two stages with 8 warps per scan group: H100 (docs/PERFORMANCE.md) 1.37 /
      * 0.91 / 2.95 / 5.95 ms on the bench's four prefill batches, against 1.50 /
      * 0.95 / 3.31 / 6.29 with 4 warps and 2.43 / 1.70 / 4.87 / - fused */
-    int mma = -1, mvt = 32, split = 1, scan = 1, sw = 8, only = 0, wgmma = -1, wgpre = 0;
+    int mma = -1, mvt = 32, split = 1, scan = 1, sw = 8, only = 0;
+    int wgmma = -1, wgpre = 0, wgbad = 0;
     long long scr_kib = 0;
     int vec4 = 1, pre = !tu->gdn_no_prefetch, blas = tu->gdn_chunk_blas;
     gdn_tuning_override(&wg, &vt, &tk, &cwg, &cvt, &cmin, &mma, &mvt, &split, &scan, &sw, &only,
-                        &scr_kib, &vec4, &pre, &blas, &wgmma, &wgpre);
+                        &scr_kib, &vec4, &pre, &blas, &wgmma, &wgpre, &wgbad);
     t->wgpre = wgpre;
+    t->wgbad = wgbad;
     t->vec4 = vec4;
     t->prefetch = pre;
     t->only = only;
@@ -653,6 +662,8 @@ clvarlen_status cv_gdn_cl_run(clvarlen_context *ctx, const char *fn, const clvar
     }
     if (!plan.chunked)
         plan.chunk_min = 0;
+    else if ((st = cv_gdn_wgmma_ready(ctx, p, t.wgforce, t.wgbad, &t.wgmma)) != CLVARLEN_SUCCESS)
+        return st;
 
     const bool checks = ctx->device_checks && N > 0 && (d->cu.m || d->sidx.m || d->inter.m);
     cv_chain chain;
@@ -842,6 +853,11 @@ clvarlen_status cv_gdn_cl_host(clvarlen_context *ctx, const char *fn, const clva
     gdn_resolve_tiles(ctx, p, &t);
     gdn_plan plan = {0};
     clvarlen_status st = gdn_chunk_policy(ctx, fn, pa, p, p->inter != NULL, &t, &plan.chunk_min);
+    int64_t longest = p->cu_seqlens ? 0 : p->fixed_seqlen;
+    for (int64_t n = 0; p->cu_seqlens && n < p->n_seqs; n++)
+        longest = CV_MAX(longest, (int64_t)p->cu_seqlens[n + 1] - p->cu_seqlens[n]);
+    if (st == CLVARLEN_SUCCESS && plan.chunk_min > 0 && longest >= plan.chunk_min)
+        st = cv_gdn_wgmma_ready(ctx, p, t.wgforce, t.wgbad, &t.wgmma);
     if (st != CLVARLEN_SUCCESS)
         return st;
     return gdn_host_run(ctx, fn, p, &t, &plan);

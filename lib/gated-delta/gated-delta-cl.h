@@ -38,6 +38,16 @@ clvarlen_status cv_gdn_cl_host(clvarlen_context *ctx, const char *fn, const clva
 void cv_gdn_set_args(cv_args *ar, const cv_gdn_problem *p, const cv_gdn_bufs *d, int flags,
                      cl_long chunk_min, cl_mem check);
 
+/* wgmma-check.c: before the scan's wgmma form (*wgmma set) first runs for a
+ * key dim and dtype on ctx, one sequence of 130 tokens with the call's K, V,
+ * dtypes and state layout runs through it and through the CPU fallback. If
+ * they differ by more than SPEC 4's chunked tolerances (or the run fails), the
+ * failure is logged and *wgmma cleared for this and later calls, unless the
+ * form was forced: then the error is returned. fail: fail the check whatever
+ * the results (tests of the fallback). */
+clvarlen_status cv_gdn_wgmma_ready(clvarlen_context *ctx, const cv_gdn_problem *p, bool forced,
+                                   bool fail, int *wgmma);
+
 /* gated-delta-blas.c, the portable chunked path: the V tile of its scan, the
  * local memory its kernels need for key_dim K, and its launcher. The launcher
  * takes heads in groups whose scratch fits scr_cap (scr_set: as given; else

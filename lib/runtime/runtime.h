@@ -111,6 +111,9 @@ struct clvarlen_context {
     int gdn_mma_refused;       /* the driver refused gated delta's tensor-core kernel */
     int gdn_scan_refused;      /* ... or only its two-stage form (prep and scan kernels) */
     int gdn_wgmma_refused;     /* ... or only the scan's wgmma form (sm_90a) */
+    /* The scan's wgmma form per [K 64, 128] x [bf16, f16]: 0 not checked, 1 its check
+     * passed, 2 its check running, -1 failed (the mma.sync form runs) */
+    int gdn_wgmma[2][2];
     int gdn_blas_refused;      /* CLBlast or the kernels around it failed for the portable
                                 * chunked path: the fused portable kernel from then on */
     int exact_div;             /* f32 divide is correctly rounded (CL_DEVICE_SINGLE_FP_CONFIG) */
