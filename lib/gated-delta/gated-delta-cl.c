@@ -486,29 +486,24 @@ static clvarlen_status gdn_enqueue_scan(cv_chain *c, const cv_gdn_problem *p,
     }
     cl_kernel kp, ks;
     gdn_tiles mma_sync;
-    if (t->wgmma && t->ptx &&
-        ((st = gdn_kernel(c->ctx, p, t, "gdn_chunk_prep", &kp)) != CLVARLEN_SUCCESS ||
-         (st = gdn_kernel(c->ctx, p, t, "gdn_chunk_scan", &ks)) != CLVARLEN_SUCCESS)) {
-        if (st != CLVARLEN_ERROR_KERNEL_BUILD)
-            return st;
-        /* the driver (or the PTX patch step) refused the wgmma form: mma.sync from now on */
-        c->ctx->gdn_wgmma_refused = 1;
-        cv_log(c->ctx, CLVARLEN_LOG_INFO, "gated delta: the scan's wgmma form refused (%s)",
-               clvarlen_last_error(c->ctx));
-        cv_clear_error(c->ctx);
-        mma_sync = *t;
-        mma_sync.wgmma = 0;
-        t = &mma_sync;
-    }
-    if ((st = gdn_kernel(c->ctx, p, t, "gdn_chunk_prep", &kp)) != CLVARLEN_SUCCESS ||
-        (st = gdn_kernel(c->ctx, p, t, "gdn_chunk_scan", &ks)) != CLVARLEN_SUCCESS) {
+    while ((st = gdn_kernel(c->ctx, p, t, "gdn_chunk_prep", &kp)) != CLVARLEN_SUCCESS ||
+           (st = gdn_kernel(c->ctx, p, t, "gdn_chunk_scan", &ks)) != CLVARLEN_SUCCESS) {
         if (st != CLVARLEN_ERROR_KERNEL_BUILD || !t->ptx)
             return st;
+        cv_log(c->ctx, CLVARLEN_LOG_INFO, "gated delta: %s refused (%s)",
+               t->wgmma ? "the scan's wgmma form" : "two-stage tensor-core kernels",
+               clvarlen_last_error(c->ctx));
+        cv_clear_error(c->ctx);
+        if (t->wgmma) { /* the driver or the PTX patch step: mma.sync from now on */
+            c->ctx->gdn_wgmma_refused = 1;
+            mma_sync = *t;
+            mma_sync.wgmma = 0;
+            t = &mma_sync;
+            continue;
+        }
         /* the driver refused their inline PTX: the fused kernel from now on (and
          * should it be refused too, the portable one, as gdn_enqueue does) */
         c->ctx->gdn_scan_refused = 1;
-        cv_log(c->ctx, CLVARLEN_LOG_INFO, "gated delta: two-stage tensor-core kernels refused");
-        cv_clear_error(c->ctx);
         *fell_back = 1;
         return CLVARLEN_SUCCESS;
     }
@@ -853,11 +848,14 @@ clvarlen_status cv_gdn_cl_host(clvarlen_context *ctx, const char *fn, const clva
     gdn_resolve_tiles(ctx, p, &t);
     gdn_plan plan = {0};
     clvarlen_status st = gdn_chunk_policy(ctx, fn, pa, p, p->inter != NULL, &t, &plan.chunk_min);
-    int64_t longest = p->cu_seqlens ? 0 : p->fixed_seqlen;
-    for (int64_t n = 0; p->cu_seqlens && n < p->n_seqs; n++)
-        longest = CV_MAX(longest, (int64_t)p->cu_seqlens[n + 1] - p->cu_seqlens[n]);
-    if (st == CLVARLEN_SUCCESS && plan.chunk_min > 0 && longest >= plan.chunk_min)
-        st = cv_gdn_wgmma_ready(ctx, p, t.wgforce, t.wgbad, &t.wgmma);
+    if (st == CLVARLEN_SUCCESS && t.wgmma && plan.chunk_min > 0) {
+        /* checked (once) only when a sequence will run chunked */
+        int64_t longest = p->cu_seqlens ? 0 : p->fixed_seqlen;
+        for (int64_t n = 0; p->cu_seqlens && n < p->n_seqs; n++)
+            longest = CV_MAX(longest, (int64_t)p->cu_seqlens[n + 1] - p->cu_seqlens[n]);
+        if (longest >= plan.chunk_min)
+            st = cv_gdn_wgmma_ready(ctx, p, t.wgforce, t.wgbad, &t.wgmma);
+    }
     if (st != CLVARLEN_SUCCESS)
         return st;
     return gdn_host_run(ctx, fn, p, &t, &plan);
