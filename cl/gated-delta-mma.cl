@@ -59,6 +59,7 @@
 #define AP (GC + 1)                       /* A pitch (floats) */
 #define SP (CV_MVT + 4)                   /* state and D pitches: B fragments' reads fall */
 #define DP (CV_MVT + 4)                   /* in distinct banks */
+#define TP (GC + 4)                     /* T's pitch (gdn_chunk_prep) */
 #define X_WORDS (GC * KP / 2 > GC * AP ? GC * KP / 2 : GC * AP)
 
 // clvarlen-include: nv-mma.clh
@@ -151,6 +152,7 @@ inline void gdn_products(__local const ushort *Kc, __local const float *S_l,
 {
     /* S_l NULL (gdn_chunk_prep): K K^T, Q K^T and the norms only */
     const int i0 = 16 * (get_local_id(0) >> 5), g = (get_local_id(0) & 31) >> 2;
+    UNROLL
     for (int n = 0; n < NT_C; n++)
         kk[n] = qk[n] = (float4)(0.0f);
     for (int n = 0; n < NT_V && S_l; n++)
@@ -191,9 +193,11 @@ inline void gdn_scale_ap(__local float *A_l, __local const float *G_l,
 {
     const int lane = get_local_id(0) & 31, g = lane >> 2, t = lane & 3;
     const int i0 = 16 * (get_local_id(0) >> 5);
+    UNROLL
     for (int n = 0; n < NT_C; n++) {
         float a[4] = {kk[n].x, kk[n].y, kk[n].z, kk[n].w};
         float p[4] = {qk[n].x, qk[n].y, qk[n].z, qk[n].w};
+        UNROLL
         for (int e = 0; e < 4; e++) {
             const int i = i0 + g + 8 * (e >> 1), m = 8 * n + 2 * t + (e & 1);
             const float d = m <= i ? exp(G_l[i] - G_l[m]) : 0.0f;
@@ -238,13 +242,9 @@ inline void gdn_scale(__local float *A_l, __local float *D_l, __local const floa
  *   3. D_r = B_r - sum_{c<r} A_rc D_c for r = 1, 2, 3, in place (each element
  *      reads blocks already final).
  * Five barriers, the last of them before A's words are reused. */
-inline void gdn_solve(__local float *A_l, __local float *D_l, const int ncol, const int DPn,
-                      const int ident)
+inline void gdn_solve(__local float *A_l, __local float *D_l)
 {
-    /* ident: B = I (64 columns), whose block row r is zero but for block column
-     * r, and D = T is zero right of the diagonal blocks: only those columns */
-    const int nb = ident ? 16 : ncol;          /* columns per block of B in step 2 */
-    const int tasks = GC / 16 * nb + 6 * 16;   /* columns of B's 4 blocks, of A's 6 */
+    const int tasks = GC / 16 * CV_MVT + 6 * 16; /* columns of B's 4 blocks, of A's 6 */
     const int lid = get_local_id(0);
     if (lid < GC) {
         const int rb = lid / 16, j = lid % 16;
@@ -267,13 +267,13 @@ inline void gdn_solve(__local float *A_l, __local float *D_l, const int ncol, co
     for (int e = lid; e < tasks; e += WG_SIZE) {
         int rb, stride, at;
         __local float *m;
-        if (e < GC / 16 * nb) { /* column e % nb of B's block e / nb */
-            rb = e / nb;
+        if (e < GC / 16 * CV_MVT) { /* column e % CV_MVT of B's block e / CV_MVT */
+            rb = e / CV_MVT;
             m = D_l;
-            stride = DPn;
-            at = 16 * rb * DPn + (ident ? 16 * rb : 0) + e % nb;
+            stride = DP;
+            at = 16 * rb * DP + e % CV_MVT;
         } else { /* column of A_rc: (r, c) = (1,0) (2,0) (2,1) (3,0) (3,1) (3,2) */
-            const int f = e - GC / 16 * nb, p = f / 16;
+            const int f = e - GC / 16 * CV_MVT, p = f / 16;
             rb = p < 1 ? 1 : p < 3 ? 2 : 3;
             const int cb = p - (rb * (rb - 1)) / 2;
             m = A_l;
@@ -296,16 +296,136 @@ inline void gdn_solve(__local float *A_l, __local float *D_l, const int ncol, co
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int rb = 1; rb < GC / 16; rb++) {
-        const int nc = ident ? 16 * rb : ncol; /* ident: the block columns left of r */
-        for (int e = lid; e < 16 * nc; e += WG_SIZE) {
-            const int row = 16 * rb + e / nc, c = e % nc;
-            float s = D_l[row * DPn + c];
+        for (int e = lid; e < 16 * CV_MVT; e += WG_SIZE) {
+            const int row = 16 * rb + e / CV_MVT, c = e % CV_MVT;
+            float s = D_l[row * DP + c];
             for (int mm = 0; mm < 16 * rb; mm++)
-                s -= A_l[row * AP + mm] * D_l[mm * DPn + c];
-            D_l[row * DPn + c] = s;
+                s -= A_l[row * AP + mm] * D_l[mm * DP + c];
+            D_l[row * DP + c] = s;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
+}
+
+/* A fragment (rows r0.., columns c0..) of an f32 local matrix with pitch,
+ * split into rounded parts and remainders. */
+inline void gdn_afrag_f32(__local const float *m, int pitch, int r0, int c0, uint4 *hi, uint4 *lo)
+{
+    const int lane = get_local_id(0) & 31, g = lane >> 2, t = lane & 3;
+    __local const float *a = m + (r0 + g) * pitch + c0 + 2 * t, *b = a + 8 * pitch;
+    uint h[4], l[4];
+    nv_split2(a[0], a[1], &h[0], &l[0]);
+    nv_split2(b[0], b[1], &h[1], &l[1]);
+    nv_split2(a[8], a[9], &h[2], &l[2]);
+    nv_split2(b[8], b[9], &h[3], &l[3]);
+    *hi = (uint4)(h[0], h[1], h[2], h[3]);
+    *lo = (uint4)(l[0], l[1], l[2], l[3]);
+}
+
+/* The A fragment of k16 step s from accumulators y[2 s], y[2 s + 1] (an
+ * m16 x n16 result is the A operand of the next product), split. */
+inline void gdn_acc_afrag(const float4 p0, const float4 p1, uint4 *hi, uint4 *lo)
+{
+    uint w[8];
+    nv_split2(p0.x, p0.y, &w[0], &w[4]);
+    nv_split2(p0.z, p0.w, &w[1], &w[5]);
+    nv_split2(p1.x, p1.y, &w[2], &w[6]);
+    nv_split2(p1.z, p1.w, &w[3], &w[7]);
+    *hi = (uint4)(w[0], w[1], w[2], w[3]);
+    *lo = (uint4)(w[4], w[5], w[6], w[7]);
+}
+
+/* The negated m16 x n8 accumulator c into rows r0.., columns c0.. of T_l. */
+inline void gdn_store_neg(__local float *T_l, int r0, int c0, float4 c)
+{
+    const int lane = get_local_id(0) & 31, g = lane >> 2, t = lane & 3;
+    __local float *a = T_l + (r0 + g) * TP + c0 + 2 * t;
+    a[0] = -c.x;
+    a[1] = -c.y;
+    a[8 * TP] = -c.z;
+    a[8 * TP + 1] = -c.w;
+}
+
+/* gdn_chunk_prep's step 4: T = (I + A)^-1 into T_l (pitch TP, zero on entry)
+ * from A (strictly lower, f32, pitch AP), by blocks of the lower triangular
+ * inverse, [[T11, 0], [-T22 A21 T11, T22]] for [[I + A11, 0], [A21, I + A22]]:
+ *   1. the four 16 x 16 diagonal blocks by forward substitution in f32,
+ *      column j of block r by work-item 16 r + j;
+ *   2. the two 16 x 16 blocks below them, T_{r+1,r} = -T_{r+1,r+1} A_{r+1,r}
+ *      T_{r,r} (r = 0, 2), with tensor cores: warp w does pair w / 2, n8
+ *      tile w % 2 of the result (the first product, 16 x 16, twice);
+ *   3. the 32 x 32 block below the halves, -T_hh A_hl T_ll, the same way:
+ *      warp w does its rows 32 + 16 (w / 2), columns 16 (w % 2) ...
+ * Operands are split (rounded part and remainder) as in the scan, so T keeps
+ * close to f32 accuracy. Every warp runs every product (the emulation needs
+ * that). Three barriers, the last before A's words are reused. */
+inline void gdn_invert(__local const float *A_l, __local float *T_l GDN_EMU_P)
+{
+    const int lid = get_local_id(0), warp = lid >> 5, g = (lid & 31) >> 2;
+    if (lid < GC) {
+        const int rb = lid / 16, j = lid % 16;
+        __local const float *Ab = A_l + 16 * rb * AP + 16 * rb;
+        __local float *Tb = T_l + 16 * rb * TP + 16 * rb;
+        float x[16];
+        UNROLL
+        for (int ii = 0; ii < 16; ii++) {
+            float s = ii == j ? 1.0f : 0.0f;
+            UNROLL
+            for (int mm = 0; mm < ii; mm++)
+                s -= Ab[ii * AP + mm] * x[mm];
+            x[ii] = s;
+            Tb[ii * TP + j] = s;
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    {
+        const int r = 16 * (2 * (warp >> 1) + 1), c = r - 16, nh = warp & 1;
+        float4 y[2];
+        uint4 ah, al;
+        gdn_afrag_f32(T_l, TP, r, r, &ah, &al);
+        UNROLL
+        for (int n = 0; n < 2; n++) {
+            uint h0, h1, l0, l1;
+            gdn_bfrag_f32(A_l, AP, r, c + 8 * n + g, NULL, &h0, &h1, &l0, &l1);
+            y[n] = gdn_mma_xx(ah, al, h0, h1, l0, l1, (float4)(0.0f) GDN_EMU);
+        }
+        uint h0, h1, l0, l1;
+        gdn_acc_afrag(y[0], y[1], &ah, &al);
+        gdn_bfrag_f32(T_l, TP, c, c + 8 * nh + g, NULL, &h0, &h1, &l0, &l1);
+        gdn_store_neg(T_l, r, c + 8 * nh,
+                      gdn_mma_xx(ah, al, h0, h1, l0, l1, (float4)(0.0f) GDN_EMU));
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    {
+        const int r = 32 + 16 * (warp >> 1), nh = warp & 1;
+        float4 y[4] = {(float4)(0.0f), (float4)(0.0f), (float4)(0.0f), (float4)(0.0f)};
+        UNROLL
+        for (int s = 0; s < 2; s++) {
+            uint4 ah, al;
+            gdn_afrag_f32(T_l, TP, r, 32 + 16 * s, &ah, &al);
+            UNROLL
+            for (int n = 0; n < 4; n++) {
+                uint h0, h1, l0, l1;
+                gdn_bfrag_f32(A_l, AP, 32 + 16 * s, 8 * n + g, NULL, &h0, &h1, &l0, &l1);
+                y[n] = gdn_mma_xx(ah, al, h0, h1, l0, l1, y[n] GDN_EMU);
+            }
+        }
+        float4 z[2] = {(float4)(0.0f), (float4)(0.0f)};
+        UNROLL
+        for (int s = 0; s < 2; s++) {
+            uint4 ah, al;
+            gdn_acc_afrag(y[2 * s], y[2 * s + 1], &ah, &al);
+            UNROLL
+            for (int n = 0; n < 2; n++) {
+                uint h0, h1, l0, l1;
+                gdn_bfrag_f32(T_l, TP, 16 * s, 16 * nh + 8 * n + g, NULL, &h0, &h1, &l0, &l1);
+                z[n] = gdn_mma_xx(ah, al, h0, h1, l0, l1, z[n] GDN_EMU);
+            }
+        }
+        for (int n = 0; n < 2; n++) /* a block no warp reads here */
+            gdn_store_neg(T_l, r, 16 * nh + 8 * n, z[n]);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
 }
 
 /* Step 5: O = Q S (scaled, in o_acc) + P D for the warp's rows, stored. */
@@ -456,7 +576,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void gdn_chunked_m
             w_l[r] = rk_l[r] * exp(G_last - G_l[r]);
         gdn_scale(A_l, D_l, G_l, beta_l, rk_l, rq_l, kk, qk, ks, qs, vb, v_stride, c0, nr, h, v0);
         barrier(CLK_LOCAL_MEM_FENCE);
-        gdn_solve(A_l, D_l, CV_MVT, DP, 0);
+        gdn_solve(A_l, D_l);
         gdn_stage_rows(Kc, kh, k_stride, nr); /* A is done: the k rows again, for K^T D */
         barrier(CLK_LOCAL_MEM_FENCE);
         gdn_output(D_l, qk, qs, o + o_off, o_stride, c0, nr, h, v0 GDN_EMU);
@@ -479,25 +599,76 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void gdn_chunked_m
 /* ------------------------------------------------------------------------
  * gdn_chunk_prep: the first stage of the two-stage chunked path (the second,
  * gdn_chunk_scan, is cl/gated-delta-scan.cl). One work-group per (chunk slot,
- * value head h0 + 0 .. hcount - 1), all in parallel: steps 1-4 above without
- * the state, with B = I, so the solve leaves T = (I + A)^-1. Writes to the
- * slot's scratch (GDN_SCR_FLOATS, cv-shared.h): T and P (P[i][m] = rq_i rk_m
- * (q_i . k_m) e^(G_i - G_m) for m <= i, else 0; rq with the scale) as the
- * scan's B fragments (below; T's split, 16 KiB, P's rounded, 8 KiB), then the
- * rows' G, beta, rk, rq (floats). Sequence n's chunks take slots
- * bos_n / 64 + n + j, j = 0, 1, ...: disjoint for any lengths, all below
- * total / 64 + n_seqs + 1 (n_slots); a slot that is no sequence's chunk
- * writes nothing. Built with CV_GDN_ROWS, T and P are written as 64 x 64
- * tiles for the wgmma scan instead (below).
+ * run of hper <= GDN_PREP_MAX value heads from h0 + hper * j that share a key
+ * head), all in parallel: steps 1-4 above without the state. The chunk's k
+ * rows, K K^T, Q K^T and the rows' norms are formed once for the run; each
+ * head's gates, G and P follow at once; then, head by head, A from K K^T
+ * (kept in the upper triangle of A's own local memory) and T = (I + A)^-1
+ * (gdn_invert). Writes to the (slot, head) scratch (GDN_SCR_FLOATS,
+ * cv-shared.h): T and P (P[i][m] = rq_i rk_m (q_i . k_m) e^(G_i - G_m) for
+ * m <= i, else 0; rq with the scale) as the scan's B fragments (below; T's
+ * split, 16 KiB, P's rounded, 8 KiB), then the rows' G, beta, rk, rq
+ * (floats). Sequence n's chunks take slots bos_n / 64 + n + j, j = 0, 1, ...:
+ * disjoint for any lengths, all below total / 64 + n_seqs + 1 (n_slots); a
+ * slot that is no sequence's chunk writes nothing. Built with CV_GDN_ROWS, T
+ * and P are written as 64 x 64 tiles for the wgmma scan instead (below). The
+ * host keeps a run inside one key head's group (hper divides the group size,
+ * h0 and hcount).
  */
-#define TP (GC + 4) /* T's pitch in local memory */
+#define GDN_PREP_MAX 2
+
+/* One head's P from the warp's Q K^T accumulators, rounded, straight to the
+ * scratch in the scan's layout: as 64 x 64 swizzled tile rows (CV_GDN_ROWS),
+ * or as P^T's B fragments, whose lane (g, t) of n8 tile 2 w (+ 1) and k16 step
+ * kb <= w holds the warp's row g (+ 8) at columns 16 kb + 2 t and + 8. */
+inline void gdn_prep_p(__local const float *G_l, __local const float *rk_l,
+                       __local const float *rq_l, const float4 *qk, __global float *pscr)
+{
+    const int lane = get_local_id(0) & 31, g = lane >> 2, t = lane & 3;
+    const int warp = get_local_id(0) >> 5, i0 = 16 * warp;
+    uint pw[NT_C][2]; /* rows i0 + g, i0 + g + 8 */
+    UNROLL
+    for (int n = 0; n < NT_C; n++) {
+        const float q[4] = {qk[n].x, qk[n].y, qk[n].z, qk[n].w};
+        float p[4];
+        UNROLL
+        for (int e = 0; e < 4; e++) {
+            const int i = i0 + g + 8 * (e >> 1), m = 8 * n + 2 * t + (e & 1);
+            p[e] = m <= i ? rq_l[i] * rk_l[m] * q[e] * exp(G_l[i] - G_l[m]) : 0.0f;
+        }
+        pw[n][0] = pack2(p[0], p[1]);
+        pw[n][1] = pack2(p[2], p[3]);
+    }
+#ifdef CV_GDN_ROWS
+    __global uint *pt = (__global uint *)pscr;
+    UNROLL
+    for (int n = 0; n < NT_C; n++)
+        UNROLL
+        for (int r = 0; r < 2; r++) {
+            const int i = i0 + g + 8 * r;
+            pt[(i * 64 + ((n ^ (i & 7)) << 3) + 2 * t) >> 1] = pw[n][r];
+        }
+#else
+    __global uint2 *fp = (__global uint2 *)pscr;
+    UNROLL
+    for (int r = 0; r < 2; r++)
+        UNROLL
+        for (int kb = 0; kb < GC / 16; kb++)
+            if (kb <= warp) /* right of the diagonal: never read */
+                fp[((2 * warp + r) * 4 + kb) * 32 + lane] =
+                    (uint2)(pw[2 * kb][r], pw[2 * kb + 1][r]);
+#endif
+}
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
-gdn_chunk_prep(GDN_ARGS, __global float *scr, long n_slots, int h0, int hcount)
+gdn_chunk_prep(GDN_ARGS, __global float *scr, long n_slots, int h0, int hcount, int hper)
 {
-    __local uint X_l[X_WORDS] __attribute__((aligned(16))); /* k rows (16-bit), or A (f32) */
-    __local float D_l[GC * TP];                              /* I, then T */
-    __local float g_l[GC], G_l[GC], beta_l[GC], rk_l[GC], rq_l[GC];
+    /* k rows (16-bit); then A (f32, strictly lower) with K K^T's strictly lower
+     * part, transposed, in its upper triangle */
+    __local uint X_l[X_WORDS] __attribute__((aligned(16)));
+    __local float D_l[GC * TP]; /* T */
+    __local float g_l[GDN_PREP_MAX * GC], G_l[GDN_PREP_MAX * GC], beta_l[GDN_PREP_MAX * GC];
+    __local float rk_l[GC], rq_l[GC];
     EMU_DECL
 #ifndef CV_NV_PTX
     __local uint *emu = emu_scratch;
@@ -508,90 +679,111 @@ gdn_chunk_prep(GDN_ARGS, __global float *scr, long n_slots, int h0, int hcount)
     const int lid = get_local_id(0), lane = lid & 31, g = lane >> 2, t = lane & 3;
     const int i0 = 16 * (lid >> 5);
     const long grp = get_group_id(0);
-    const int h = h0 + (int)(grp % hcount);
-    const long x = grp / hcount;
+    const int runs = hcount / hper;
+    const int hb = h0 + hper * (int)(grp % runs);
+    const long x = grp / runs;
     long n, c0;
     int nr;
-    if (x >= n_slots || !gdn_chunk_of_slot(cu, cu_off, fixed_len, total, flags, n_seqs, chunk_min,
-                                           check, x, &n, &c0, &nr))
+    if (x >= n_slots || hper > GDN_PREP_MAX ||
+        !gdn_chunk_of_slot(cu, cu_off, fixed_len, total, flags, n_seqs, chunk_min, check, x, &n,
+                           &c0, &nr))
         return;
-    const int hq = h / group, l2 = (flags & GDN_L2NORM) != 0;
-    const float A = exp(CV_CPTR(float, A_log, A_log_off)[h]);
-    const float bias = gdn_bias(dt_bias, dt_bias_off, h, flags);
+    const int hq = hb / group, l2 = (flags & GDN_L2NORM) != 0;
     __global const uchar *ab = a + a_off, *bb = b + b_off;
     __global const ushort *kh = CV_CPTR(ushort, k, k_off) + c0 * k_stride + (long)hq * CV_K;
     __global const ushort *qh = CV_CPTR(ushort, q, q_off) + c0 * q_stride + (long)hq * CV_K;
 
     gdn_stage_rows(Kc, kh, k_stride, nr);
-    gdn_gates(g_l, beta_l, ab, a_stride, bb, b_stride, c0, nr, h, A, bias, sp_beta, sp_threshold);
-    for (int e = lid; e < GC * GC; e += WG_SIZE)
-        D_l[(e / GC) * TP + e % GC] = (e / GC == e % GC) ? 1.0f : 0.0f;
+    for (int j = 0; j < hper; j++) {
+        const int h = hb + j;
+        const float A = exp(CV_CPTR(float, A_log, A_log_off)[h]);
+        const float bias = gdn_bias(dt_bias, dt_bias_off, h, flags);
+        gdn_gates(g_l + j * GC, beta_l + j * GC, ab, a_stride, bb, b_stride, c0, nr, h, A, bias,
+                  sp_beta, sp_threshold);
+    }
+    /* T's blocks right of the diagonal blocks stay zero (gdn_invert reads two) */
+    for (int e = lid; e < GC * TP; e += WG_SIZE)
+        D_l[e] = 0.0f;
     barrier(CLK_LOCAL_MEM_FENCE);
 
     float4 kk[NT_C], qk[NT_C], unused[1];
     float nk[2] = {0.0f, 0.0f}, nq[2] = {0.0f, 0.0f};
     gdn_products(Kc, NULL, qh, q_stride, nr, kk, qk, unused, unused, nk, nq GDN_EMU);
-    gdn_norms_and_G(nk, nq, l2, scale, rk_l, rq_l, g_l, G_l GDN_EMU);
+    for (int j = 0; j < hper; j++) {
+        float nk2[2] = {nk[0], nk[1]}, nq2[2] = {nq[0], nq[1]};
+        gdn_norms_and_G(nk2, nq2, l2, scale, rk_l, rq_l, g_l + j * GC, G_l + j * GC GDN_EMU);
+    }
     barrier(CLK_LOCAL_MEM_FENCE); /* norms and G ready; Kc read for the last time */
-    gdn_scale_ap(A_l, G_l, beta_l, rk_l, rq_l, kk, qk);
+    UNROLL
+    for (int nn = 0; nn < NT_C; nn++) { /* K K^T (i, m), m < i, at A_l[m][i] */
+        const float c[4] = {kk[nn].x, kk[nn].y, kk[nn].z, kk[nn].w};
+        UNROLL
+        for (int e = 0; e < 4; e++) {
+            const int i = i0 + g + 8 * (e >> 1), m = 8 * nn + 2 * t + (e & 1);
+            if (m < i)
+                A_l[m * AP + i] = c[e];
+        }
+    }
+    for (int j = 0; j < hper; j++)
+        gdn_prep_p(G_l + j * GC, rk_l, rq_l, qk,
+                   scr + (x * hcount + (hb + j - h0)) * (long)GDN_SCR_FLOATS + GDN_SCR_P);
     barrier(CLK_LOCAL_MEM_FENCE);
-    gdn_solve(A_l, D_l, GC, TP, 1);
 
-    /* P into A's place (the solve is done with A), then T and P out as the scan's
-     * B fragments of T^T and P^T: per (n8 tile i, k16 step kb <= i / 2) and lane
-     * (g, t), the rounded pairs of row 8 i + g, columns 16 kb + 2 t (+ 1) and
-     * + 8 (+ 9), then (T only) the pairs of their remainders */
-    for (int n = 0; n < NT_C; n++) {
-        const int m = 8 * n + 2 * t;
-        A_l[(i0 + g) * AP + m] = qk[n].x;
-        A_l[(i0 + g) * AP + m + 1] = qk[n].y;
-        A_l[(i0 + g + 8) * AP + m] = qk[n].z;
-        A_l[(i0 + g + 8) * AP + m + 1] = qk[n].w;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    __global float *sp = scr + (x * hcount + (h - h0)) * (long)GDN_SCR_FLOATS;
+    for (int j = 0; j < hper; j++) {
+        const int h = hb + j;
+        __local const float *Gh = G_l + j * GC, *bh = beta_l + j * GC;
+        /* A[i][m] = beta_i rk_i rk_m (k_i . k_m) e^(G_i - G_m), m < i; the last
+         * head's T read by now (its readers precede the barrier below) */
+        for (int e = lid; e < GC * GC; e += WG_SIZE) {
+            const int i = e / GC, m = e % GC;
+            if (m < i)
+                A_l[i * AP + m] = bh[i] * rk_l[i] * rk_l[m] * A_l[m * AP + i] * exp(Gh[i] - Gh[m]);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        gdn_invert(A_l, D_l GDN_EMU);
+
+        __global float *sp = scr + (x * hcount + (h - h0)) * (long)GDN_SCR_FLOATS;
 #ifdef CV_GDN_ROWS
-    /* for the wgmma scan: T's rounded part, its remainder and P's rounded part as
-     * 64 x 64 row-major tiles (zero right of the diagonal), 128-byte swizzled as
-     * the scan's local memory holds them (row i's 16-byte chunk c at
-     * (c ^ (i % 8)) * 16): the scan copies them as they are */
-    __global uint *tw = (__global uint *)sp, *pw = (__global uint *)(sp + GDN_SCR_P);
-    for (int e = lid; e < GC * GC / 2; e += WG_SIZE) {
-        const int i = e / (GC / 2), m = 2 * (e % (GC / 2));
-        const int at = (i * 64 + ((((m >> 3) ^ (i & 7))) << 3) + (m & 7)) >> 1;
-        uint hw, lw, ph, pl;
-        nv_split2(m <= i ? D_l[i * TP + m] : 0.0f, m + 1 <= i ? D_l[i * TP + m + 1] : 0.0f, &hw,
-                  &lw);
-        nv_split2(m <= i ? A_l[i * AP + m] : 0.0f, m + 1 <= i ? A_l[i * AP + m + 1] : 0.0f, &ph,
-                  &pl);
-        tw[at] = hw;
-        tw[GC * GC / 2 + at] = lw;
-        pw[at] = ph;
-    }
+        /* for the wgmma scan: T's rounded part and its remainder as 64 x 64
+         * row-major tiles (zero right of the diagonal), 128-byte swizzled as the
+         * scan's local memory holds them (row i's 16-byte chunk c at
+         * (c ^ (i % 8)) * 16): the scan copies them as they are */
+        __global uint4 *tw = (__global uint4 *)sp;
+        for (int e = lid; e < GC * 8; e += WG_SIZE) { /* row i, 16-byte chunk c */
+            const int i = e / 8, c = e % 8, at = i * 8 + (c ^ (i & 7));
+            uint hw[4], lw[4];
+            UNROLL
+            for (int u = 0; u < 4; u++) {
+                const int m = 8 * c + 2 * u;
+                nv_split2(m <= i ? D_l[i * TP + m] : 0.0f,
+                          m + 1 <= i ? D_l[i * TP + m + 1] : 0.0f, &hw[u], &lw[u]);
+            }
+            tw[at] = (uint4)(hw[0], hw[1], hw[2], hw[3]);
+            tw[GC * 8 + at] = (uint4)(lw[0], lw[1], lw[2], lw[3]);
+        }
 #else
-    __global uint4 *fr = (__global uint4 *)sp;
-    __global uint2 *fp = (__global uint2 *)(sp + GDN_SCR_P);
-    for (int e = lid; e < 2 * 32 * 32; e += WG_SIZE) {
-        const int which = e >> 10, tile = (e >> 5) & 31, ln = e & 31;
-        const int i = tile >> 2, kb = tile & 3;
-        if (kb > i / 2)
-            continue; /* right of the diagonal: never read */
-        const int row = 8 * i + (ln >> 2), col = 16 * kb + 2 * (ln & 3);
-        __local const float *src = which ? A_l + row * AP + col : D_l + row * TP + col;
-        uint h0w, h1w, l0w, l1w;
-        nv_split2(src[0], src[1], &h0w, &l0w);
-        nv_split2(src[8], src[9], &h1w, &l1w);
-        if (which)
-            fp[e & 1023] = (uint2)(h0w, h1w);
-        else
+        /* T^T's B fragments: per (n8 tile i, k16 step kb <= i / 2) and lane (g, t),
+         * the rounded pairs of row 8 i + g, columns 16 kb + 2 t (+ 1) and + 8 (+ 9),
+         * then the pairs of their remainders */
+        __global uint4 *fr = (__global uint4 *)sp;
+        for (int e = lid; e < 32 * 32; e += WG_SIZE) {
+            const int tile = e >> 5, ln = e & 31, i = tile >> 2, kb = tile & 3;
+            if (kb > i / 2)
+                continue; /* right of the diagonal: never read */
+            const int row = 8 * i + (ln >> 2), col = 16 * kb + 2 * (ln & 3);
+            __local const float *src = D_l + row * TP + col;
+            uint h0w, h1w, l0w, l1w;
+            nv_split2(src[0], src[1], &h0w, &l0w);
+            nv_split2(src[8], src[9], &h1w, &l1w);
             fr[e] = (uint4)(h0w, h1w, l0w, l1w);
-    }
+        }
 #endif
-    for (int r = lid; r < GC; r += WG_SIZE) {
-        sp[GDN_SCR_ROWS + r] = G_l[r];
-        sp[GDN_SCR_ROWS + GC + r] = beta_l[r];
-        sp[GDN_SCR_ROWS + 2 * GC + r] = rk_l[r];
-        sp[GDN_SCR_ROWS + 3 * GC + r] = rq_l[r];
+        for (int r = lid; r < GC; r += WG_SIZE) {
+            sp[GDN_SCR_ROWS + r] = Gh[r];
+            sp[GDN_SCR_ROWS + GC + r] = bh[r];
+            sp[GDN_SCR_ROWS + 2 * GC + r] = rk_l[r];
+            sp[GDN_SCR_ROWS + 3 * GC + r] = rq_l[r];
+        }
     }
     GDN_END_BARRIER();
 }

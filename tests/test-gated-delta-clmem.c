@@ -228,16 +228,23 @@ END_TEST
 
 /* The two-stage tensor-core path without cu_seqlens (3 sequences of 130
  * tokens: the first stage finds its sequence from the fixed length) and with
- * its scratch capped so that every value head runs in a group of its own. */
+ * its scratch capped (10 chunk slots of 25 KiB per head) so that the value
+ * heads run in groups: 0, 1: three value heads per key head (one per
+ * first-stage work-group), whole or each in a group of its own; 2: two per key
+ * head in groups of two (a pair per first-stage work-group, the second group
+ * from head 2); 3: groups of three, then one (a pair split: one head per
+ * first-stage work-group). */
 START_TEST(mma_fixed_head_groups)
 {
-    setenv("CLVARLEN_GDN_TUNING", _i ? "mma=1,scan=1,scr=1" : "mma=1,scan=1", 1);
+    static const char *const tuning[4] = {"mma=1,scan=1", "mma=1,scan=1,scr=1",
+                                          "mma=1,scan=1,scr=500", "mma=1,scan=1,scr=750"};
+    setenv("CLVARLEN_GDN_TUNING", tuning[_i], 1);
     static const int32_t lengths[3] = {130, 130, 130};
     static const int32_t idx[3] = {2, -1, 0};
     gdn_case_cfg cfg = gdn_cfg_default();
     cfg.seed = 131 + (uint64_t)_i;
-    cfg.H = 1;
-    cfg.HV = 3;
+    cfg.H = _i < 2 ? 1 : 2;
+    cfg.HV = _i < 2 ? 3 : 4;
     cfg.K = 16;
     cfg.V = 24;
     cfg.n = 3;
@@ -251,7 +258,7 @@ START_TEST(mma_fixed_head_groups)
     cfg.algorithm = CLVARLEN_GDN_CHUNKED;
     gdn_case c;
     gdn_case_make(&c, &cfg);
-    gdn_run_and_check(gdn_ctx, &c, _i ? "fixed, one head per group" : "fixed");
+    gdn_run_and_check(gdn_ctx, &c, tuning[_i]);
     gdn_case_free(&c);
 }
 END_TEST
@@ -655,7 +662,7 @@ void gdn_add_cl_cases(TCase *oracle, TCase *api)
     tcase_add_loop_test(oracle, portable_chunked, 0, 4);
     tcase_add_test(oracle, mma_large_heads);
     tcase_add_test(oracle, chunked_then_decode);
-    tcase_add_loop_test(oracle, mma_fixed_head_groups, 0, 2);
+    tcase_add_loop_test(oracle, mma_fixed_head_groups, 0, 4);
     tcase_add_loop_test(api, cl_mem_matches_host, 0, 2);
     tcase_add_loop_test(api, cl_mem_device_checks, 0, 2);
     tcase_add_loop_test(oracle, narrow_heads_pool_guard, 0, 2);

@@ -27,6 +27,7 @@ typedef struct gdn_tiles {
     int wgpre;         /* ... its prefetches: bit 0 CV_GDN_VPRE, bit 1 CV_GDN_SPRE */
     int wgforce;       /* ... forced by the tuning (wgmma=1) */
     int wgbad;         /* ... its check made to fail (tests of the fallback) */
+    int hper;          /* ... the first stage's value heads per work-group (at most) */
     int only;          /* tuning sweeps: launch only stage 1 or 2 (wrong results; 0: both) */
     int blas;          /* chunked without tensor cores: CLBlast products + own kernels
                         * (cl/gated-delta-blas.cl; 0: the fused portable kernel) */
@@ -45,6 +46,10 @@ typedef struct gdn_tiles {
  * H200 (H 16, HV 32, K = V = 128, bf16), the whole prefill 1.23-1.29x faster
  * than with the mma.sync scan in one command (docs/PERFORMANCE.md). */
 #define GDN_WGMMA_DEFAULT 1
+/* The first stage's value heads per work-group, where a key head's group of
+ * value heads divides so: the k rows, K K^T, Q K^T and the norms are formed
+ * once for them. H200 (H 16, HV 32, K = V = 128, bf16): ... */
+#define GDN_PREP_HEADS 2 /* at most GDN_PREP_MAX in cl/gated-delta-mma.cl */
 /* AUTO on the cl_mem entry point (lengths stay on the device): the chunked
  * kernel runs only for batches of at least this many tokens per sequence. */
 #define GDN_AUTO_MIN_AVG 16
@@ -111,14 +116,15 @@ static size_t gdn_chunk_local_bytes(int K, int cvt, int ks)
  * 2: on but not forced, as the default on Hopper: a failed check falls back),
  * "wgpre=N" its prefetches (bit 0: v before X^T, bit 1: the next chunk's T and P;
  * default 0: on an H200 neither was faster), "wgbad=1" makes the form's check fail
- * (tests),
+ * (tests), "hper=N" the first stage's value heads per work-group (those of one key
+ * head; default GDN_PREP_HEADS),
  * "vec=0" keeps the token kernel's scalar state loads, "pre=0" drops its
  * next-token prefetch, "blas=0" runs the portable chunked path as one fused
  * kernel instead of CLBlast's products and the kernels around them. */
 static void gdn_tuning_override(int *wg, int *vt, int *tk, int *cwg, int *cvt, int64_t *cmin,
                                 int *mma, int *mvt, int *split, int *scan, int *sw, int *only,
                                 long long *scr_kib, int *vec4, int *pre, int *blas, int *wgmma,
-                                int *wgpre, int *wgbad)
+                                int *wgpre, int *wgbad, int *hper)
 {
     const char *env = getenv("CLVARLEN_GDN_TUNING");
     if (!env)
@@ -165,6 +171,8 @@ static void gdn_tuning_override(int *wg, int *vt, int *tk, int *cwg, int *cvt, i
             *wgpre = (int)val & 3;
         else if (!strcmp(key, "wgbad"))
             *wgbad = val != 0;
+        else if (!strcmp(key, "hper"))
+            *hper = (int)CV_MIN(CV_MAX(val, 1), 2);
         env += used;
         if (*env == ',')
             env++;
@@ -225,13 +233,14 @@ static void gdn_resolve_tiles(const clvarlen_context *ctx, const cv_gdn_problem 
      * 0.91 / 2.95 / 5.95 ms on the bench's four prefill batches, against 1.50 /
      * 0.95 / 3.31 / 6.29 with 4 warps and 2.43 / 1.70 / 4.87 / - fused */
     int mma = -1, mvt = 32, split = 1, scan = 1, sw = 8, only = 0;
-    int wgmma = -1, wgpre = 0, wgbad = 0;
+    int wgmma = -1, wgpre = 0, wgbad = 0, hper = GDN_PREP_HEADS;
     long long scr_kib = 0;
     int vec4 = 1, pre = !tu->gdn_no_prefetch, blas = tu->gdn_chunk_blas;
     gdn_tuning_override(&wg, &vt, &tk, &cwg, &cvt, &cmin, &mma, &mvt, &split, &scan, &sw, &only,
-                        &scr_kib, &vec4, &pre, &blas, &wgmma, &wgpre, &wgbad);
+                        &scr_kib, &vec4, &pre, &blas, &wgmma, &wgpre, &wgbad, &hper);
     t->wgpre = wgpre;
     t->wgbad = wgbad;
+    t->hper = hper;
     t->vec4 = vec4;
     t->prefetch = pre;
     t->only = only;
@@ -510,6 +519,12 @@ static clvarlen_status gdn_enqueue_scan(cv_chain *c, const cv_gdn_problem *p,
     const int vtiles = (int)((p->V + 16 * t->sw - 1) / (16 * t->sw));
     for (cl_int h0 = 0; h0 < (cl_int)p->HV; h0 += hcount) {
         cl_int hc = CV_MIN(hcount, (cl_int)p->HV - h0);
+        /* a run of value heads per first-stage work-group, inside one key
+         * head's group (and the heads' group of this pass) */
+        const cl_int group = (cl_int)(p->HV / p->H);
+        cl_int hper = (cl_int)CV_MIN(t->hper, hc);
+        while (hper > 1 && (group % hper || hc % hper || h0 % hper))
+            hper--;
         for (int stage = 0; stage < 2; stage++) {
             if (t->only && t->only != stage + 1)
                 continue;
@@ -521,12 +536,14 @@ static clvarlen_status gdn_enqueue_scan(cv_chain *c, const cv_gdn_problem *p,
             CV_ARG(ar, ns);
             CV_ARG(ar, h0);
             CV_ARG(ar, hc);
+            if (!stage)
+                CV_ARG(ar, hper);
             const char *name = stage ? "gdn_chunk_scan" : "gdn_chunk_prep";
             if ((st = cv_cl_check(c->ctx, ar.err, name)) != CLVARLEN_SUCCESS)
                 return st;
             const size_t local = stage ? (size_t)32 * t->sw : 128;
             const size_t groups = stage ? (size_t)p->n_seqs * (size_t)hc * (size_t)vtiles
-                                        : (size_t)n_slots * (size_t)hc;
+                                        : (size_t)n_slots * (size_t)(hc / hper);
             const size_t global = groups * local;
             if ((st = cv_chain_run(c, kk, name, 1, &global, &local)) != CLVARLEN_SUCCESS)
                 return st;
