@@ -46,6 +46,7 @@
  * sizes its local memory from the same numbers. */
 #define GDN_CHUNK 64       /* tokens per chunk */
 #define GDN_CHUNK_BLOCK 16 /* diagonal blocks of (I + A), inverted one at a time */
+#define GDN_PREP_MAX 2     /* gdn_chunk_prep: value heads per work-group, at most */
 /* The two-stage tensor-core path's scratch per (chunk slot, value head), in
  * floats: gdn_chunk_prep writes T^T's B fragments (16 KiB), P^T's (8 KiB from
  * GDN_SCR_P), then the rows' G, beta, rk, rq (from GDN_SCR_ROWS); gdn_chunk_scan

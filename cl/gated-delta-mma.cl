@@ -144,37 +144,47 @@ inline void gdn_bfrag_f32(__local const float *m, int pitch, int r0, int c,
     nv_split2(x2, x3, h1, l1);
 }
 
+/* The squares of an A fragment's elements added to the lane's two row sums. */
+inline void gdn_frag_norms(uint4 f, float *n)
+{
+    const uint w[4] = {f.x, f.y, f.z, f.w};
+    for (int q = 0; q < 4; q++) {
+        const float f0 = nv_h2f((ushort)(w[q] & 0xffffu)), f1 = nv_h2f((ushort)(w[q] >> 16));
+        n[q & 1] += f0 * f0 + f1 * f1;
+    }
+}
+
+/* K K^T and Q K^T's k16 step s for the warp's rows (A fragments kf, qf). */
+inline void gdn_kq_step(__local const ushort *Kc, int s, uint4 kf, uint4 qf, float4 *kk,
+                        float4 *qk GDN_EMU_P)
+{
+    UNROLL
+    for (int n = 0; n < NT_C; n++) {
+        uint b0, b1;
+        gdn_bfrag_rows(Kc, 8 * n, 16 * s, &b0, &b1);
+        kk[n] = mma16816(kf, b0, b1, kk[n]);
+        qk[n] = mma16816(qf, b0, b1, qk[n]);
+    }
+}
+
 /* The chunk's tensor-core products for the warp's 16 rows (step 2), and the
  * rows' squared norms (lane sums, reduced by the caller). */
 inline void gdn_products(__local const ushort *Kc, __local const float *S_l,
                          __global const ushort *qh, long q_stride, int nr, float4 *kk,
                          float4 *qk, float4 *ks, float4 *qs, float *nk, float *nq GDN_EMU_P)
 {
-    /* S_l NULL (gdn_chunk_prep): K K^T, Q K^T and the norms only */
     const int i0 = 16 * (get_local_id(0) >> 5), g = (get_local_id(0) & 31) >> 2;
     UNROLL
     for (int n = 0; n < NT_C; n++)
         kk[n] = qk[n] = (float4)(0.0f);
-    for (int n = 0; n < NT_V && S_l; n++)
+    for (int n = 0; n < NT_V; n++)
         ks[n] = qs[n] = (float4)(0.0f);
     for (int s = 0; s < KSTEPS; s++) {
         const int pairs = ((ulong)qh & 3) == 0 && (q_stride & 1) == 0;
         const uint4 qf = gdn_qfrag(qh, q_stride, pairs, i0, nr, 16 * s, &nq[0], &nq[1]);
         const uint4 kf = gdn_afrag(Kc, i0, 16 * s);
-        const uint kw[4] = {kf.x, kf.y, kf.z, kf.w};
-        for (int q = 0; q < 4; q++) {
-            const float f0 = nv_h2f((ushort)(kw[q] & 0xffffu)), f1 = nv_h2f((ushort)(kw[q] >> 16));
-            nk[q & 1] += f0 * f0 + f1 * f1;
-        }
-        UNROLL
-        for (int n = 0; n < NT_C; n++) {
-            uint b0, b1;
-            gdn_bfrag_rows(Kc, 8 * n, 16 * s, &b0, &b1);
-            kk[n] = mma16816(kf, b0, b1, kk[n]);
-            qk[n] = mma16816(qf, b0, b1, qk[n]);
-        }
-        if (!S_l)
-            continue;
+        gdn_frag_norms(kf, nk);
+        gdn_kq_step(Kc, s, kf, qf, kk, qk GDN_EMU);
         UNROLL
         for (int n = 0; n < NT_V; n++) {
             uint h0, h1, l0, l1;
@@ -601,10 +611,11 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void gdn_chunked_m
  * gdn_chunk_scan, is cl/gated-delta-scan.cl). One work-group per (chunk slot,
  * run of hper <= GDN_PREP_MAX value heads from h0 + hper * j that share a key
  * head), all in parallel: steps 1-4 above without the state. The chunk's k
- * rows, K K^T, Q K^T and the rows' norms are formed once for the run; each
- * head's gates, G and P follow at once; then, head by head, A from K K^T
+ * and q rows are staged in local memory (q in T's place, all loads in flight
+ * at once), and K K^T, Q K^T and the rows' norms are formed once for the run;
+ * each head's gates, G and P follow at once; then, head by head, A from K K^T
  * (kept in the upper triangle of A's own local memory) and T = (I + A)^-1
- * (gdn_invert). Writes to the (slot, head) scratch (GDN_SCR_FLOATS,
+ * (gdn_invert). Decays e^(G_i - G_m) by gdn_decay. Writes to the (slot, head) scratch (GDN_SCR_FLOATS,
  * cv-shared.h): T and P (P[i][m] = rq_i rk_m (q_i . k_m) e^(G_i - G_m) for
  * m <= i, else 0; rq with the scale) as the scan's B fragments (below; T's
  * split, 16 KiB, P's rounded, 8 KiB), then the rows' G, beta, rk, rq
@@ -615,7 +626,12 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void gdn_chunked_m
  * host keeps a run inside one key head's group (hper divides the group size,
  * h0 and hcount).
  */
-#define GDN_PREP_MAX 2
+/* e^d for the first stage's decays, d = G_i - G_m <= 0: through cv_ex2 (on
+ * NVIDIA one ex2.approx.ftz, 2 ulp; results below 2^-126 flush to 0). */
+inline float gdn_decay(float d)
+{
+    return cv_ex2(d * 1.44269504f);
+}
 
 /* One head's P from the warp's Q K^T accumulators, rounded, straight to the
  * scratch in the scan's layout: as 64 x 64 swizzled tile rows (CV_GDN_ROWS),
@@ -634,7 +650,7 @@ inline void gdn_prep_p(__local const float *G_l, __local const float *rk_l,
         UNROLL
         for (int e = 0; e < 4; e++) {
             const int i = i0 + g + 8 * (e >> 1), m = 8 * n + 2 * t + (e & 1);
-            p[e] = m <= i ? rq_l[i] * rk_l[m] * q[e] * exp(G_l[i] - G_l[m]) : 0.0f;
+            p[e] = m <= i ? rq_l[i] * rk_l[m] * q[e] * gdn_decay(G_l[i] - G_l[m]) : 0.0f;
         }
         pw[n][0] = pack2(p[0], p[1]);
         pw[n][1] = pack2(p[2], p[3]);
@@ -666,14 +682,14 @@ gdn_chunk_prep(GDN_ARGS, __global float *scr, long n_slots, int h0, int hcount, 
     /* k rows (16-bit); then A (f32, strictly lower) with K K^T's strictly lower
      * part, transposed, in its upper triangle */
     __local uint X_l[X_WORDS] __attribute__((aligned(16)));
-    __local float D_l[GC * TP]; /* T */
+    __local float D_l[GC * TP] __attribute__((aligned(16))); /* the q rows, then T */
     __local float g_l[GDN_PREP_MAX * GC], G_l[GDN_PREP_MAX * GC], beta_l[GDN_PREP_MAX * GC];
     __local float rk_l[GC], rq_l[GC];
     EMU_DECL
 #ifndef CV_NV_PTX
     __local uint *emu = emu_scratch;
 #endif
-    __local ushort *Kc = (__local ushort *)X_l;
+    __local ushort *Kc = (__local ushort *)X_l, *Qc = (__local ushort *)D_l;
     __local float *A_l = (__local float *)X_l;
 
     const int lid = get_local_id(0), lane = lid & 31, g = lane >> 2, t = lane & 3;
@@ -694,6 +710,7 @@ gdn_chunk_prep(GDN_ARGS, __global float *scr, long n_slots, int h0, int hcount, 
     __global const ushort *qh = CV_CPTR(ushort, q, q_off) + c0 * q_stride + (long)hq * CV_K;
 
     gdn_stage_rows(Kc, kh, k_stride, nr);
+    gdn_stage_rows(Qc, qh, q_stride, nr);
     for (int j = 0; j < hper; j++) {
         const int h = hb + j;
         const float A = exp(CV_CPTR(float, A_log, A_log_off)[h]);
@@ -701,19 +718,29 @@ gdn_chunk_prep(GDN_ARGS, __global float *scr, long n_slots, int h0, int hcount, 
         gdn_gates(g_l + j * GC, beta_l + j * GC, ab, a_stride, bb, b_stride, c0, nr, h, A, bias,
                   sp_beta, sp_threshold);
     }
-    /* T's blocks right of the diagonal blocks stay zero (gdn_invert reads two) */
-    for (int e = lid; e < GC * TP; e += WG_SIZE)
-        D_l[e] = 0.0f;
     barrier(CLK_LOCAL_MEM_FENCE);
 
-    float4 kk[NT_C], qk[NT_C], unused[1];
+    float4 kk[NT_C], qk[NT_C];
     float nk[2] = {0.0f, 0.0f}, nq[2] = {0.0f, 0.0f};
-    gdn_products(Kc, NULL, qh, q_stride, nr, kk, qk, unused, unused, nk, nq GDN_EMU);
+    UNROLL
+    for (int n = 0; n < NT_C; n++)
+        kk[n] = qk[n] = (float4)(0.0f);
+    for (int s = 0; s < KSTEPS; s++) { /* K K^T, Q K^T and the rows' norms */
+        const uint4 kf = gdn_afrag(Kc, i0, 16 * s), qf = gdn_afrag(Qc, i0, 16 * s);
+        gdn_frag_norms(kf, nk);
+        gdn_frag_norms(qf, nq);
+        gdn_kq_step(Kc, s, kf, qf, kk, qk GDN_EMU);
+    }
     for (int j = 0; j < hper; j++) {
         float nk2[2] = {nk[0], nk[1]}, nq2[2] = {nq[0], nq[1]};
         gdn_norms_and_G(nk2, nq2, l2, scale, rk_l, rq_l, g_l + j * GC, G_l + j * GC GDN_EMU);
     }
-    barrier(CLK_LOCAL_MEM_FENCE); /* norms and G ready; Kc read for the last time */
+    barrier(CLK_LOCAL_MEM_FENCE); /* norms and G ready; the k and q rows read */
+    /* T's blocks (0, 1) and (2, 3) zero (gdn_invert reads them; it writes neither) */
+    for (int e = lid; e < 2 * 256; e += WG_SIZE) {
+        const int r = 32 * (e >> 8) + ((e >> 4) & 15), c = r - ((e >> 4) & 15) + 16 + (e & 15);
+        D_l[r * TP + c] = 0.0f;
+    }
     UNROLL
     for (int nn = 0; nn < NT_C; nn++) { /* K K^T (i, m), m < i, at A_l[m][i] */
         const float c[4] = {kk[nn].x, kk[nn].y, kk[nn].z, kk[nn].w};
@@ -737,7 +764,8 @@ gdn_chunk_prep(GDN_ARGS, __global float *scr, long n_slots, int h0, int hcount, 
         for (int e = lid; e < GC * GC; e += WG_SIZE) {
             const int i = e / GC, m = e % GC;
             if (m < i)
-                A_l[i * AP + m] = bh[i] * rk_l[i] * rk_l[m] * A_l[m * AP + i] * exp(Gh[i] - Gh[m]);
+                A_l[i * AP + m] =
+                    bh[i] * rk_l[i] * rk_l[m] * A_l[m * AP + i] * gdn_decay(Gh[i] - Gh[m]);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         gdn_invert(A_l, D_l GDN_EMU);

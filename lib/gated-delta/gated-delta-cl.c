@@ -48,8 +48,11 @@ typedef struct gdn_tiles {
 #define GDN_WGMMA_DEFAULT 1
 /* The first stage's value heads per work-group, where a key head's group of
  * value heads divides so: the k rows, K K^T, Q K^T and the norms are formed
- * once for them. H200 (H 16, HV 32, K = V = 128, bf16): ... */
-#define GDN_PREP_HEADS 2 /* at most GDN_PREP_MAX in cl/gated-delta-mma.cl */
+ * once for them. H200 (H 16, HV 32, K = V = 128, bf16), the first stage
+ * alone on the bench's four prefill batches: 289 / 177 / 529 / 1222 us in
+ * pairs, 354 / 221 / 661 / 1594 one head per work-group (docs/PERFORMANCE.md;
+ * measured before the q rows were staged in local memory). */
+#define GDN_PREP_HEADS 2 /* at most GDN_PREP_MAX (cv-shared.h) */
 /* AUTO on the cl_mem entry point (lengths stay on the device): the chunked
  * kernel runs only for batches of at least this many tokens per sequence. */
 #define GDN_AUTO_MIN_AVG 16
@@ -69,14 +72,15 @@ static size_t gdn_mma_local_bytes(int K, int mvt, int ptx)
  * per chunk slot and head) before the launcher takes the heads in groups. */
 #define GDN_SCR_CAP ((size_t)512 << 20)
 
-/* Local memory of gdn_chunk_prep (the k rows / A union, T, five per-row
- * arrays) and of gdn_chunk_scan (k rows; T's fragments or q rows and P's
+/* Local memory of gdn_chunk_prep (the k rows / A union, the q rows / T
+ * union, three per-row arrays per head of a run and two shared) and of gdn_chunk_scan (k rows; T's fragments or q rows and P's
  * fragments; four per-row arrays), with the emulation's lane scratch; the
  * larger of the two. */
 static size_t gdn_scan_local_bytes(int K, int sw, int ptx)
 {
     size_t x = (size_t)GDN_CHUNK * (K + 8) / 2, a = (size_t)GDN_CHUNK * (GDN_CHUNK + 1);
-    size_t prep = ((x > a ? x : a) + (size_t)GDN_CHUNK * (GDN_CHUNK + 4) + 5 * GDN_CHUNK +
+    size_t prep = ((x > a ? x : a) + (size_t)GDN_CHUNK * (GDN_CHUNK + 4) +
+                   (3 * GDN_PREP_MAX + 2) * GDN_CHUNK +
                    (ptx ? 0 : 128 * 6)) * 4;
     size_t r2 = CV_MAX((size_t)GDN_CHUNK * (K + 8) * 2 + 8192, (size_t)16384);
     size_t scan = (size_t)GDN_CHUNK * (K + 8) * 2 + r2 + 4 * GDN_CHUNK * 4 +
@@ -172,7 +176,7 @@ static void gdn_tuning_override(int *wg, int *vt, int *tk, int *cwg, int *cvt, i
         else if (!strcmp(key, "wgbad"))
             *wgbad = val != 0;
         else if (!strcmp(key, "hper"))
-            *hper = (int)CV_MIN(CV_MAX(val, 1), 2);
+            *hper = (int)CV_MIN(CV_MAX(val, 1), GDN_PREP_MAX);
         env += used;
         if (*env == ',')
             env++;
