@@ -73,9 +73,9 @@ static size_t gdn_mma_local_bytes(int K, int mvt, int ptx)
 #define GDN_SCR_CAP ((size_t)512 << 20)
 
 /* Local memory of gdn_chunk_prep (the k rows / A union, the q rows / T
- * union, three per-row arrays per head of a run and two shared) and of gdn_chunk_scan (k rows; T's fragments or q rows and P's
- * fragments; four per-row arrays), with the emulation's lane scratch; the
- * larger of the two. */
+ * union, three per-row arrays per head of a run and two shared) and of
+ * gdn_chunk_scan (k rows; T's fragments or q rows and P's fragments; four
+ * per-row arrays), with the emulation's lane scratch; the larger of the two. */
 static size_t gdn_scan_local_bytes(int K, int sw, int ptx)
 {
     size_t x = (size_t)GDN_CHUNK * (K + 8) / 2, a = (size_t)GDN_CHUNK * (GDN_CHUNK + 1);
