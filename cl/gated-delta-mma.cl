@@ -676,6 +676,10 @@ inline void gdn_prep_p(__local const float *G_l, __local const float *rk_l,
 #endif
 }
 
+#if GC * KP > 2 * GC * TP
+#error "gdn_chunk_prep stages the q rows in T's local memory: K up to 128"
+#endif
+
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 gdn_chunk_prep(GDN_ARGS, __global float *scr, long n_slots, int h0, int hcount, int hper)
 {
