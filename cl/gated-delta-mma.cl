@@ -242,6 +242,22 @@ inline void gdn_scale(__local float *A_l, __local float *D_l, __local const floa
     }
 }
 
+/* Column j of (I + A_rr)^-1 for a 16 x 16 diagonal block Ab of A (pitch AP,
+ * its strictly lower part read), by forward substitution, into x (zero above
+ * row j). The loops' bounds are constants (every row from 0, the zeros
+ * included), so x stays in registers. */
+inline void gdn_diag_inverse_col(__local const float *Ab, int j, float *x)
+{
+    UNROLL
+    for (int ii = 0; ii < 16; ii++) {
+        float s = ii == j ? 1.0f : 0.0f;
+        UNROLL
+        for (int mm = 0; mm < ii; mm++)
+            s -= Ab[ii * AP + mm] * x[mm];
+        x[ii] = s;
+    }
+}
+
 /* Step 4: D_l <- (I + A)^-1 D_l, blockwise over 16 x 16 blocks (r, c):
  *   1. T_rr = (I + A_rr)^-1 (column j of block r by work-item 16 r + j), its
  *      strictly lower part stored transposed in the (unused) strictly upper
@@ -259,19 +275,12 @@ inline void gdn_solve(__local float *A_l, __local float *D_l)
     if (lid < GC) {
         const int rb = lid / 16, j = lid % 16;
         __local float *Ab = A_l + 16 * rb * AP + 16 * rb;
-        /* column j of T_rr, zero above row j: the loops' bounds are constants
-         * (every row from 0, the zeros included), so x stays in registers */
         float x[16];
+        gdn_diag_inverse_col(Ab, j, x);
         UNROLL
-        for (int ii = 0; ii < 16; ii++) {
-            float s = ii == j ? 1.0f : 0.0f;
-            UNROLL
-            for (int mm = 0; mm < ii; mm++)
-                s -= Ab[ii * AP + mm] * x[mm];
+        for (int ii = 0; ii < 16; ii++)
             if (ii > j)
-                Ab[j * AP + ii] = s; /* T[ii][j] */
-            x[ii] = s;
-        }
+                Ab[j * AP + ii] = x[ii]; /* T[ii][j] */
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int e = lid; e < tasks; e += WG_SIZE) {
@@ -377,15 +386,10 @@ inline void gdn_invert(__local const float *A_l, __local float *T_l GDN_EMU_P)
         __local const float *Ab = A_l + 16 * rb * AP + 16 * rb;
         __local float *Tb = T_l + 16 * rb * TP + 16 * rb;
         float x[16];
+        gdn_diag_inverse_col(Ab, j, x);
         UNROLL
-        for (int ii = 0; ii < 16; ii++) {
-            float s = ii == j ? 1.0f : 0.0f;
-            UNROLL
-            for (int mm = 0; mm < ii; mm++)
-                s -= Ab[ii * AP + mm] * x[mm];
-            x[ii] = s;
-            Tb[ii * TP + j] = s;
-        }
+        for (int ii = 0; ii < 16; ii++)
+            Tb[ii * TP + j] = x[ii];
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     {
