@@ -444,10 +444,13 @@ int bench_gdn(clvarlen_context *dev, const ct_options *opt, double copy_gbps)
                    info.kind == CLVARLEN_DEVICE_ACCELERATOR;
     ct_bench_note(opt, "gated delta tuning: %s", tuning_note());
     /* a developer knob for A/B sweeps: CLVARLEN_BENCH_GDN=decode or =prefill
-     * runs that part alone, =recurrent the token kernel's prefill batches */
+     * runs that part alone, =recurrent the token kernel's prefill batches;
+     * =prefill:MASK the prefill batches whose bits are set (1: 16 / 16384,
+     * 2: 64 / 8192, 4: 4 / 32768, 8: 256 / 65536) */
     const char *part = getenv("CLVARLEN_BENCH_GDN");
     const int decode = !part || !strcmp(part, "decode");
-    const int prefill = !part || !strcmp(part, "prefill");
+    const int prefill = !part || !strncmp(part, "prefill", 7);
+    const int cases = part && !strncmp(part, "prefill:", 8) ? atoi(part + 8) : 15;
     int rc = 0;
     if (gpu_like && part && !strcmp(part, "recurrent")) {
         rc |= bench_prefill(dev, opt, 256, 1024, 16, 32, 128, 128, CLVARLEN_GDN_RECURRENT);
@@ -462,12 +465,16 @@ int bench_gdn(clvarlen_context *dev, const ct_options *opt, double copy_gbps)
         for (int alg = 0; prefill && alg < 3; alg++) {
             if (opt->quick && alg != CLVARLEN_GDN_AUTO)
                 continue;
-            rc |= bench_prefill(dev, opt, 16, 16384, 16, 32, 128, 128, alg);
-            rc |= bench_prefill(dev, opt, 64, 8192, 16, 32, 128, 128, alg);
+            if (cases & 1)
+                rc |= bench_prefill(dev, opt, 16, 16384, 16, 32, 128, 128, alg);
+            if (cases & 2)
+                rc |= bench_prefill(dev, opt, 64, 8192, 16, 32, 128, 128, alg);
             if (alg == CLVARLEN_GDN_RECURRENT)
                 continue; /* the long cases: the tensor-core path and AUTO only */
-            rc |= bench_prefill(dev, opt, 4, 32768, 16, 32, 128, 128, alg);
-            rc |= bench_prefill(dev, opt, 256, 65536, 16, 32, 128, 128, alg);
+            if (cases & 4)
+                rc |= bench_prefill(dev, opt, 4, 32768, 16, 32, 128, 128, alg);
+            if (cases & 8)
+                rc |= bench_prefill(dev, opt, 256, 65536, 16, 32, 128, 128, alg);
         }
     } else {
         /* the same head shape, batches a 2-core machine finishes in seconds */
