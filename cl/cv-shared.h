@@ -49,11 +49,14 @@
 #define GDN_PREP_MAX 2     /* gdn_chunk_prep: value heads per work-group, at most */
 /* The two-stage tensor-core path's scratch per (chunk slot, value head), in
  * floats: gdn_chunk_prep writes T^T's B fragments (16 KiB), P^T's (8 KiB from
- * GDN_SCR_P), then the rows' G, beta, rk, rq (from GDN_SCR_ROWS); gdn_chunk_scan
- * reads them. */
+ * GDN_SCR_P), then from GDN_SCR_ROWS the rows' decayed factors, so that the
+ * scan takes no exponential: e^G_i rk_i, beta_i, rk_i e^(G_last - G_i),
+ * e^G_i rq_i (GDN_CHUNK each), e^G_last and three floats of padding
+ * (GDN_SCR_ROWS_N in all); gdn_chunk_scan reads them. */
 #define GDN_SCR_P (GDN_CHUNK * GDN_CHUNK)
 #define GDN_SCR_ROWS (GDN_CHUNK * GDN_CHUNK * 3 / 2)
-#define GDN_SCR_FLOATS (GDN_SCR_ROWS + 4 * GDN_CHUNK)
+#define GDN_SCR_ROWS_N (4 * GDN_CHUNK + 4)
+#define GDN_SCR_FLOATS (GDN_SCR_ROWS + GDN_SCR_ROWS_N)
 
 /* The portable chunked path (cl/gated-delta-blas.cl, CLBlast for the
  * chunk-parallel products): its scratch holds, for nb = chunk slots x heads

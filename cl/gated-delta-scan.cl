@@ -6,7 +6,8 @@
  * over every (chunk, value head) and left in the scratch buffer, per chunk:
  * T = (I + A)^-1 and P[i][m] = rq_i rk_m (q_i . k_m) e^(G_i - G_m) (m <= i,
  * scale included) as ready B fragments (T's split, P's rounded), and the
- * rows' G, beta, rk and rq (f32). What is left depends on the state and runs
+ * rows' factors with their decays (f32: e^G rk, beta, w, e^G rq, e^G_last;
+ * cv-shared.h), so that no exponential is left here. What is left depends on the state and runs
  * here, in order over a sequence's chunks, with the state transposed (S^T,
  * V x K) in registers: warp w of a work-group owns V rows v0 + 16 w .. + 15
  * and needs nothing from the other warps, so the only barriers are the ones
@@ -96,22 +97,50 @@ inline void sc_afrag(float4 c0, float4 c1, uint4 *hi, uint4 *lo)
  * be nonzero (the fragments' tiles right of the diagonal are never read). */
 #define SC_TILE_USED(i, kb) ((kb) <= (i) / 2)
 
-/* The chunk's v values at the lane's V rows va, vb8 (16-bit, as they are), two
- * per word: vr[2 i + c] holds chunk rows 8 i + 2 t and + 1 of V row c ? vb8 : va;
- * rows past nr and V rows past CV_V are 0. */
-inline void sc_vload(uint *vr, __global const uchar *vb, long v_stride, long c0, int nr, int h,
-                     int va, int vb8)
+/* The v and o values of a warp's 16 V rows (vr0 ..) pass through its 512 bytes of
+ * local memory xw, 16 chunk rows at a time (16 16-bit columns each, two 16-byte
+ * units per row), so that global memory sees one 16-byte access per lane where
+ * the fragments' layout would take eight 16-bit ones. vec: the rows' 8-value
+ * runs are 16-byte aligned (base, stride, CV_V); else, and past CV_V, 16-bit.
+ * Every lane of the warp calls these (warp_sync). */
+
+/* The chunk's v values at the lane's V rows vr0 + g, + g + 8 (16-bit, as they
+ * are), two per word: vr[2 i + c] holds chunk rows 8 i + 2 t and + 1 of V row
+ * vr0 + g + 8 c; rows past nr and V rows past CV_V are 0. */
+inline void sc_vload(uint *vr, __local uint4 *xw, __global const uchar *vb, long v_stride,
+                     long c0, int nr, int h, int vr0, bool vec)
 {
-    const int t = get_local_id(0) & 3;
-    __global const ushort *v16 = (__global const ushort *)vb + (long)h * CV_V;
+    const int lane = get_local_id(0) & 31, g = lane >> 2, t = lane & 3;
+    const int vv = vr0 + 8 * (lane & 1);
+    __global const ushort *v16 = (__global const ushort *)vb + (long)h * CV_V + vv;
+    __local const ushort *x16 = (__local const ushort *)xw;
+    uint4 u[NT_C / 2]; /* all loads in flight before the first is used */
     UNROLL
-    for (int i = 0; i < NT_C; i++)
-        for (int c = 0; c < 2; c++) {
-            const int vv = c ? vb8 : va, r0 = 8 * i + 2 * t;
-            const uint x0 = r0 < nr && vv < CV_V ? v16[(c0 + r0) * v_stride + vv] : 0u;
-            const uint x1 = r0 + 1 < nr && vv < CV_V ? v16[(c0 + r0 + 1) * v_stride + vv] : 0u;
-            vr[2 * i + c] = x0 | (x1 << 16);
+    for (int p = 0; p < NT_C / 2; p++) {
+        const int row = 16 * p + (lane >> 1);
+        __global const ushort *src = v16 + (c0 + row) * v_stride;
+        if (row < nr && vec && vv + 8 <= CV_V) {
+            u[p] = *(__global const uint4 *)src;
+        } else {
+            uint w[4] = {0u, 0u, 0u, 0u};
+            for (int e = 0; e < 8; e++)
+                if (row < nr && vv + e < CV_V)
+                    w[e >> 1] |= (uint)src[e] << (16 * (e & 1));
+            u[p] = (uint4)(w[0], w[1], w[2], w[3]);
         }
+    }
+    UNROLL
+    for (int p = 0; p < NT_C / 2; p++) {
+        xw[lane] = u[p];
+        warp_sync();
+        UNROLL
+        for (int ii = 0; ii < 2; ii++) {
+            const int r = (8 * ii + 2 * t) * 16 + g;
+            vr[4 * p + 2 * ii] = (uint)x16[r] | ((uint)x16[r + 16] << 16);
+            vr[4 * p + 2 * ii + 1] = (uint)x16[r + 8] | ((uint)x16[r + 24] << 16);
+        }
+        warp_sync();
+    }
 }
 
 /* Y^T = beta (V^T - e^G rk X^T) in place, v from sc_vload; the lane's chunk rows
@@ -122,9 +151,8 @@ inline void sc_y(float4 *xt, __local const float *rows_l, const uint *vr)
     UNROLL
     for (int i = 0; i < NT_C; i++) {
         const int r0 = 8 * i + 2 * t;
-        const float2 G = vload2(0, rows_l + r0), be = vload2(0, rows_l + GC + r0);
-        const float2 rk = vload2(0, rows_l + 2 * GC + r0);
-        const float e0 = exp(G.x) * rk.x, e1 = exp(G.y) * rk.y;
+        const float2 ek = vload2(0, rows_l + r0), be = vload2(0, rows_l + GC + r0);
+        const float e0 = ek.x, e1 = ek.y;
         const uint a = vr[2 * i], b = vr[2 * i + 1];
         const float vx[4] = {nv_h2f((ushort)(a & 0xffffu)), nv_h2f((ushort)(a >> 16)),
                              nv_h2f((ushort)(b & 0xffffu)), nv_h2f((ushort)(b >> 16))};
@@ -140,39 +168,57 @@ inline void sc_oscale(float4 *ot, __local const float *rows_l)
     UNROLL
     for (int i = 0; i < NT_C; i++) {
         const int r0 = 8 * i + 2 * t;
-        const float2 G = vload2(0, rows_l + r0), rq = vload2(0, rows_l + 3 * GC + r0);
-        const float e0 = exp(G.x) * rq.x, e1 = exp(G.y) * rq.y;
-        ot[i] *= (float4)(e0, e1, e0, e1);
+        const float2 e = vload2(0, rows_l + 3 * GC + r0);
+        ot[i] *= (float4)(e.x, e.y, e.x, e.y);
     }
 }
 
-/* O^T stored: rows c0 + chunk row, columns (V rows) va, vb8. */
-inline void sc_store_o(const float4 *ot, __global uchar *ob, long o_stride, long c0, int nr,
-                       int h, int va, int vb8)
+/* O^T stored through xw (above): rows c0 + chunk row, columns (V rows) vr0 ... */
+inline void sc_store_o(const float4 *ot, __local uint4 *xw, __global uchar *ob, long o_stride,
+                       long c0, int nr, int h, int vr0, bool vec)
 {
-    const int t = get_local_id(0) & 3;
+    const int lane = get_local_id(0) & 31, g = lane >> 2, t = lane & 3;
+    const int vv = vr0 + 8 * (lane & 1);
+    __global ushort *o16 = (__global ushort *)ob + (long)h * CV_V + vv;
+    __local ushort *x16 = (__local ushort *)xw;
     UNROLL
-    for (int i = 0; i < NT_C; i++) {
-        const float y[4] = {ot[i].x, ot[i].y, ot[i].z, ot[i].w};
-        for (int e = 0; e < 4; e++) {
-            const int row = 8 * i + 2 * t + (e & 1), vv = (e >> 1) ? vb8 : va;
-            if (row < nr && vv < CV_V)
-                cv_store_f(ob, (c0 + row) * o_stride + (long)h * CV_V + vv, y[e], CV_DT);
+    for (int p = 0; p < NT_C / 2; p++) {
+        UNROLL
+        for (int ii = 0; ii < 2; ii++) {
+            /* (row r, V row g), (r + 1, g); (r, g + 8), (r + 1, g + 8) */
+            const float4 y = ot[2 * p + ii];
+            const uint a = pack2(y.x, y.y), b = pack2(y.z, y.w);
+            const int r = (8 * ii + 2 * t) * 16 + g;
+            x16[r] = (ushort)a;
+            x16[r + 16] = (ushort)(a >> 16);
+            x16[r + 8] = (ushort)b;
+            x16[r + 24] = (ushort)(b >> 16);
         }
+        warp_sync();
+        const uint4 u = xw[lane];
+        const int row = 16 * p + (lane >> 1);
+        __global ushort *dst = o16 + (c0 + row) * o_stride;
+        if (row < nr && vec && vv + 8 <= CV_V) {
+            *(__global uint4 *)dst = u;
+        } else if (row < nr) {
+            const uint w[4] = {u.x, u.y, u.z, u.w};
+            for (int e = 0; e < 8; e++)
+                if (vv + e < CV_V)
+                    dst[e] = (ushort)(w[e >> 1] >> (16 * (e & 1)));
+        }
+        warp_sync();
     }
 }
 
 /* D^T's k16 step kb (chunk rows 16 kb ..) times w_i = rk_i e^(G_last - G_i), as
  * the split A fragment of the state update. */
-inline void sc_dw(float4 d0, float4 d1, int kb, __local const float *rows_l, float G_last,
-                  uint4 *ah, uint4 *al)
+inline void sc_dw(float4 d0, float4 d1, int kb, __local const float *rows_l, uint4 *ah,
+                  uint4 *al)
 {
     const int r0 = 16 * kb + 2 * (get_local_id(0) & 3);
-    const float2 G0 = vload2(0, rows_l + r0), G1 = vload2(0, rows_l + r0 + 8);
-    const float2 k0 = vload2(0, rows_l + 2 * GC + r0), k1 = vload2(0, rows_l + 2 * GC + r0 + 8);
-    const float w0 = k0.x * exp(G_last - G0.x), w1 = k0.y * exp(G_last - G0.y);
-    const float w2 = k1.x * exp(G_last - G1.x), w3 = k1.y * exp(G_last - G1.y);
-    sc_afrag(d0 * (float4)(w0, w1, w0, w1), d1 * (float4)(w2, w3, w2, w3), ah, al);
+    const float2 w0 = vload2(0, rows_l + 2 * GC + r0), w1 = vload2(0, rows_l + 2 * GC + r0 + 8);
+    sc_afrag(d0 * (float4)(w0.x, w0.y, w0.x, w0.y), d1 * (float4)(w1.x, w1.y, w1.x, w1.y), ah,
+             al);
 }
 
 #ifdef CV_GDN_WG
@@ -247,12 +293,12 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
     __local uint4 *Tl = (__local uint4 *)(smem + GC * KP);
     __local uint2 *Pl = (__local uint2 *)(smem + 2 * GC * KP);
 #endif
-    __local float rows_l[4 * GC]; /* G, beta, rk, rq */
+    __local float rows_l[GDN_SCR_ROWS_N]; /* e^G rk, beta, w, e^G rq, e^G_last */
+    __local uint4 xch[32 * CV_SW];        /* the warps' v and o exchange (sc_vload) */
     EMU_DECL
 #ifndef CV_NV_PTX
     __local uint *emu = emu_scratch;
 #endif
-    __local const float *G_l = rows_l;
 
     const int lid = get_local_id(0), lane = lid & 31, g = lane >> 2, t = lane & 3;
     const int warp = lid >> 5;
@@ -294,6 +340,9 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
     }
     __global const uchar *vb = v + v_off;
     __global uchar *ob = o + o_off;
+    __local uint4 *xw = xch + 32 * warp;
+    const bool vec_v = ((ulong)vb & 15) == 0 && (v_stride & 7) == 0 && (CV_V & 7) == 0;
+    const bool vec_o = ((ulong)ob & 15) == 0 && (o_stride & 7) == 0 && (CV_V & 7) == 0;
     const long base = bos / GC + n; /* the sequence's first chunk slot (see the host) */
 
     for (long c0 = bos, ci = 0; c0 < eos; c0 += GC, ci++) {
@@ -317,7 +366,7 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
             if (SC_TILE_USED(e >> 7, (e >> 5) & 3))
                 Tl[e] = ((__global const uint4 *)sp)[e];
 #endif
-        for (int e = lid; e < 4 * GC; e += WG_SIZE)
+        for (int e = lid; e < GDN_SCR_ROWS_N; e += WG_SIZE)
             rows_l[e] = sp[GDN_SCR_ROWS + e];
 #ifdef CV_GDN_WG
         cp_async_wait_all();
@@ -328,7 +377,7 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
         uint vr[2 * NT_C]; /* the chunk's v (sc_vload) */
 #if defined(CV_GDN_WG) && CV_GDN_VPRE
         /* loaded before X^T, whose products hide their latency */
-        sc_vload(vr, vb, v_stride, c0, nr, h, va, vb8);
+        sc_vload(vr, xw, vb, v_stride, c0, nr, h, vr0, vec_v);
 #endif
         /* X^T = S^T K^T: B[k][i] = K[i][k] */
         float4 xt[NT_C];
@@ -361,9 +410,8 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
             }
         }
 #endif
-        const float G_last = G_l[nr - 1];
 #if !defined(CV_GDN_WG) || !CV_GDN_VPRE
-        sc_vload(vr, vb, v_stride, c0, nr, h, va, vb8);
+        sc_vload(vr, xw, vb, v_stride, c0, nr, h, vr0, vec_v);
 #endif
         sc_y(xt, rows_l, vr);
 
@@ -467,10 +515,10 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
             }
         }
 #endif
-        sc_store_o(ot, ob, o_stride, c0, nr, h, va, vb8);
+        sc_store_o(ot, xw, ob, o_stride, c0, nr, h, vr0, vec_o);
 
         /* S^T = e^(G_last) S^T + (D^T w) K: B[k = i][n = kk] = K[i][kk] */
-        const float eGl = exp(G_last);
+        const float eGl = rows_l[4 * GC];
         UNROLL
         for (int j = 0; j < NT_K; j++)
             sc[j] *= eGl;
@@ -479,7 +527,7 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
             uint4 ah[GC / 16], al[GC / 16];
             UNROLL
             for (int kb = 0; kb < GC / 16; kb++)
-                sc_dw(dt[2 * kb], dt[2 * kb + 1], kb, rows_l, G_last, &ah[kb], &al[kb]);
+                sc_dw(dt[2 * kb], dt[2 * kb + 1], kb, rows_l, &ah[kb], &al[kb]);
 #if CV_GDN_SPRE
             /* every warp is done with the q rows and P: the next chunk's T and P
              * into their places while the update runs (waited for at its start) */
@@ -501,7 +549,7 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
         UNROLL
         for (int kb = 0; kb < GC / 16; kb++) {
             uint4 ah, al;
-            sc_dw(dt[2 * kb], dt[2 * kb + 1], kb, rows_l, G_last, &ah, &al);
+            sc_dw(dt[2 * kb], dt[2 * kb + 1], kb, rows_l, &ah, &al);
             UNROLL
             for (int j = 0; j < NT_K; j += 2) {
                 /* matrices: rows 16kb.. cols 8j.., rows 16kb+8.. cols 8j.., then j + 1;

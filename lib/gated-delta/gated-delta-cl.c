@@ -74,8 +74,9 @@ static size_t gdn_mma_local_bytes(int K, int mvt, int ptx)
 
 /* Local memory of gdn_chunk_prep (the k rows / A union, the q rows / T
  * union, three per-row arrays per head of a run and two shared) and of
- * gdn_chunk_scan (k rows; T's fragments or q rows and P's fragments; four
- * per-row arrays), with the emulation's lane scratch; the larger of the two. */
+ * gdn_chunk_scan (k rows; T's fragments or q rows and P's fragments; the
+ * rows' factors; the warps' exchange), with the emulation's lane scratch; the
+ * larger of the two. */
 static size_t gdn_scan_local_bytes(int K, int sw, int ptx)
 {
     size_t x = (size_t)GDN_CHUNK * (K + 8) / 2, a = (size_t)GDN_CHUNK * (GDN_CHUNK + 1);
@@ -83,19 +84,20 @@ static size_t gdn_scan_local_bytes(int K, int sw, int ptx)
                    (3 * GDN_PREP_MAX + 2) * GDN_CHUNK +
                    (ptx ? 0 : 128 * 6)) * 4;
     size_t r2 = CV_MAX((size_t)GDN_CHUNK * (K + 8) * 2 + 8192, (size_t)16384);
-    size_t scan = (size_t)GDN_CHUNK * (K + 8) * 2 + r2 + 4 * GDN_CHUNK * 4 +
+    size_t scan = (size_t)GDN_CHUNK * (K + 8) * 2 + r2 + GDN_SCR_ROWS_N * 4 + (size_t)512 * sw +
                   (ptx ? 0 : (size_t)32 * sw * 6 * 4);
     return prep > scan ? prep : scan;
 }
 
 /* Local memory of gdn_chunk_scan's wgmma form (CV_GDN_WG): the k rows, then
  * T's two tiles or the q rows, and P's tile (16-bit), the 1024-byte alignment's
- * slack, four per-row arrays and, emulated, the lanes' scratch. */
+ * slack, the rows' factors, the warps' exchange and, emulated, the lanes' scratch. */
 static size_t gdn_scan_wg_local_bytes(int K, int sw, int ptx)
 {
     const size_t tile = (size_t)GDN_CHUNK * GDN_CHUNK, rows = (size_t)GDN_CHUNK * K;
     const size_t r2 = CV_MAX(rows, 2 * tile) + tile;
-    return (rows + r2 + 448) * 2 + 4 * GDN_CHUNK * 4 + (ptx ? 0 : (size_t)32 * sw * 6 * 4);
+    return (rows + r2 + 448) * 2 + GDN_SCR_ROWS_N * 4 + (size_t)512 * sw +
+           (ptx ? 0 : (size_t)32 * sw * 6 * 4);
 }
 
 /* Local memory of gdn_chunked, as declared there: the state, B and R tiles,
@@ -114,7 +116,8 @@ static size_t gdn_chunk_local_bytes(int K, int cvt, int ks)
  * how tests run it on PoCL), "mma=0" keeps the portable one, "mvt=N" its V tile,
  * "split=0" rounds its computed operands once (faster, less accurate), "scan=0" runs
  * it as one fused kernel instead of two stages, "sw=N" the scan's warps per group,
- * "only=1" / "only=2" launches only that stage (for timing it: results are wrong),
+ * "only=1" / "only=2" launches only that stage (for timing it: results are wrong,
+ * and the wgmma form runs without its check),
  * "scr=N" caps the two stages' scratch at N KiB (heads go in smaller groups),
  * "wgmma=0/1" turns the scan's wgmma form off or on (on: emulated off Hopper;
  * 2: on but not forced, as the default on Hopper: a failed check falls back),
@@ -678,7 +681,8 @@ clvarlen_status cv_gdn_cl_run(clvarlen_context *ctx, const char *fn, const clvar
     }
     if (!plan.chunked)
         plan.chunk_min = 0;
-    else if ((st = cv_gdn_wgmma_ready(ctx, p, t.wgforce, t.wgbad, &t.wgmma)) != CLVARLEN_SUCCESS)
+    else if (!t.only &&
+             (st = cv_gdn_wgmma_ready(ctx, p, t.wgforce, t.wgbad, &t.wgmma)) != CLVARLEN_SUCCESS)
         return st;
 
     const bool checks = ctx->device_checks && N > 0 && (d->cu.m || d->sidx.m || d->inter.m);
@@ -869,7 +873,7 @@ clvarlen_status cv_gdn_cl_host(clvarlen_context *ctx, const char *fn, const clva
     gdn_resolve_tiles(ctx, p, &t);
     gdn_plan plan = {0};
     clvarlen_status st = gdn_chunk_policy(ctx, fn, pa, p, p->inter != NULL, &t, &plan.chunk_min);
-    if (st == CLVARLEN_SUCCESS && t.wgmma && plan.chunk_min > 0) {
+    if (st == CLVARLEN_SUCCESS && t.wgmma && !t.only && plan.chunk_min > 0) {
         /* checked (once) only when a sequence will run chunked */
         int64_t longest = p->cu_seqlens ? 0 : p->fixed_seqlen;
         for (int64_t n = 0; p->cu_seqlens && n < p->n_seqs; n++)
