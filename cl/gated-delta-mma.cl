@@ -619,18 +619,19 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void gdn_chunked_m
  * at once), and K K^T, Q K^T and the rows' norms are formed once for the run;
  * each head's gates, G and P follow at once; then, head by head, A from K K^T
  * (kept in the upper triangle of A's own local memory) and T = (I + A)^-1
- * (gdn_invert). Decays e^(G_i - G_m) by gdn_decay. Writes to the (slot, head) scratch (GDN_SCR_FLOATS,
- * cv-shared.h): T and P (P[i][m] = rq_i rk_m (q_i . k_m) e^(G_i - G_m) for
- * m <= i, else 0; rq with the scale) as the scan's B fragments (below; T's
- * split, 16 KiB, P's rounded, 8 KiB), then the rows' factors with their
- * decays (e^G rk, beta, rk e^(G_last - G), e^G rq, e^G_last). Sequence n's chunks take slots bos_n / 64 + n + j, j = 0, 1, ...:
- * disjoint for any lengths, all below total / 64 + n_seqs + 1 (n_slots); a
- * slot that is no sequence's chunk writes nothing. Built with CV_GDN_ROWS, T
- * and P are written as 64 x 64 tiles for the wgmma scan instead (below). The
- * host keeps a run inside one key head's group (hper divides the group size,
- * h0 and hcount).
+ * (gdn_invert). Decays e^(G_i - G_m) by gdn_decay. Writes to the (slot, head)
+ * scratch (GDN_SCR_FLOATS, cv-shared.h): T and P (P[i][m] = rq_i rk_m
+ * (q_i . k_m) e^(G_i - G_m) for m <= i, else 0; rq with the scale) as the
+ * scan's B fragments (below; T's split, 16 KiB, P's rounded, 8 KiB), then the
+ * rows' factors with their decays (e^G rk, beta, rk e^(G_last - G), e^G rq,
+ * e^G_last; exp, as the fused kernel takes them). Sequence n's chunks take
+ * slots bos_n / 64 + n + j, j = 0, 1, ...: disjoint for any lengths, all
+ * below total / 64 + n_seqs + 1 (n_slots); a slot that is no sequence's chunk
+ * writes nothing. Built with CV_GDN_ROWS, T and P are written as 64 x 64
+ * tiles for the wgmma scan instead (below). The host keeps a run inside one
+ * key head's group (hper divides the group size, h0 and hcount).
  */
-/* e^d for the first stage's decays, d = G_i - G_m <= 0 or G_i <= 0: through cv_ex2 (on
+/* e^d for the first stage's decays, d = G_i - G_m <= 0: through cv_ex2 (on
  * NVIDIA one ex2.approx.ftz, 2 ulp; results below 2^-126 flush to 0). */
 inline float gdn_decay(float d)
 {
@@ -817,14 +818,14 @@ gdn_chunk_prep(GDN_ARGS, __global float *scr, long n_slots, int h0, int hcount, 
         /* the rows' factors with their decays (cv-shared.h), G_last = G_(nr-1) */
         const float G_last = Gh[nr - 1];
         for (int r = lid; r < GC; r += WG_SIZE) {
-            const float eG = gdn_decay(Gh[r]);
+            const float eG = exp(Gh[r]);
             sp[GDN_SCR_ROWS + r] = eG * rk_l[r];
             sp[GDN_SCR_ROWS + GC + r] = bh[r];
-            sp[GDN_SCR_ROWS + 2 * GC + r] = rk_l[r] * gdn_decay(G_last - Gh[r]);
+            sp[GDN_SCR_ROWS + 2 * GC + r] = rk_l[r] * exp(G_last - Gh[r]);
             sp[GDN_SCR_ROWS + 3 * GC + r] = eG * rq_l[r];
         }
         if (lid < GDN_SCR_ROWS_N - 4 * GC)
-            sp[GDN_SCR_ROWS + 4 * GC + lid] = lid ? 0.0f : gdn_decay(G_last);
+            sp[GDN_SCR_ROWS + 4 * GC + lid] = lid ? 0.0f : exp(G_last);
     }
     GDN_END_BARRIER();
 }

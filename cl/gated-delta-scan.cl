@@ -7,13 +7,15 @@
  * T = (I + A)^-1 and P[i][m] = rq_i rk_m (q_i . k_m) e^(G_i - G_m) (m <= i,
  * scale included) as ready B fragments (T's split, P's rounded), and the
  * rows' factors with their decays (f32: e^G rk, beta, w, e^G rq, e^G_last;
- * cv-shared.h), so that no exponential is left here. What is left depends on the state and runs
- * here, in order over a sequence's chunks, with the state transposed (S^T,
- * V x K) in registers: warp w of a work-group owns V rows v0 + 16 w .. + 15
- * and needs nothing from the other warps, so the only barriers are the ones
- * around staging the chunk's operands in local memory: the k rows, T's
- * fragments and the rows' values first, then (in T's place) the q rows and
- * P's fragments. With S^T as the A operand (its accumulator fragments are A
+ * cv-shared.h), so that no exponential is left here. What is left depends on
+ * the state and runs here, in order over a sequence's chunks, with the state
+ * transposed (S^T, V x K) in registers: warp w of a work-group owns V rows
+ * v0 + 16 w .. + 15 and needs nothing from the other warps, so the only
+ * barriers are the ones around staging the chunk's operands in local memory:
+ * the k rows, T's fragments and the rows' values first, then (in T's place)
+ * the q rows and P's fragments. A warp's v and o values pass through its own
+ * 512 bytes of local memory (sc_vload), so that global memory sees 16-byte
+ * accesses. With S^T as the A operand (its accumulator fragments are A
  * fragments, no shuffles), per chunk of 64 rows:
  *   X^T = S^T K^T                           (k rows raw: exact operands)
  *   Y^T = beta (V^T - e^G rk X^T)           (f32, in the accumulators)
@@ -23,7 +25,8 @@
  * Operands that feed the state (S in X^T, Y, D, T) are split into a rounded
  * part and its remainder (nv_split2), so those products keep close to f32
  * accuracy (CV_MMA_SPLIT=0 rounds them once); those that reach only the
- * output (S in S^T Q^T, P) are rounded once: the output is 16-bit anyway.
+ * output (S in S^T Q^T, P, and D in D^T P^T unless CV_GDN_OSPLIT) are
+ * rounded once: the output is 16-bit anyway.
  *
  * CV_GDN_WG (K 64 or 128, 4 or 8 warps): the same steps on Hopper's wgmma
  * (cl/nv-wgmma.clh; emulated elsewhere): each warpgroup's 64 V rows are the
@@ -31,13 +34,15 @@
  * operand is read by descriptor from local memory in the 128-byte swizzled
  * layout: the k rows (K-major for X^T and S^T Q^T, N-major for the update),
  * T's rounded part and remainder and P as 64 x 64 tiles that the first stage
- * wrote already swizzled (built with CV_GDN_ROWS), copied as they are.
+ * wrote already swizzled (built with CV_GDN_ROWS), copied as they are. The q
+ * rows are loaded into registers after X^T and stored in T's place once D is
+ * formed (CV_GDN_QREG), so their load overlaps v's, Y and D.
  *
  * -D: CV_K (multiple of 16, <= 128), CV_V, CV_DT = CV_DTYPE (CV_DT_BF16 or
  * CV_DT_F16), CV_ST_DT, CV_SW (warps per work-group: 1, 2, 4 or 8),
  * CV_NV_PTX (NVIDIA), CV_GDN_WG (with CV_SM90A on NVIDIA). Local memory at
- * K = 128: 44 KiB, 42 KiB with CV_GDN_WG (the most NVIDIA's OpenCL gives a
- * work-group is 48 KiB).
+ * K = 128 and 8 warps: 47 KiB, 46 KiB with CV_GDN_WG (the most NVIDIA's
+ * OpenCL gives a work-group is 48 KiB less 256 bytes).
  */
 
 #ifndef CV_DTYPE
@@ -56,6 +61,17 @@
 #ifndef CV_GDN_SPRE
 #define CV_GDN_SPRE 0
 #endif
+/* The wgmma form's q rows loaded into registers after X^T, while v, Y and D go
+ * on, and stored to local memory once T is read (CV_GDN_QREG), instead of
+ * copied there after D and waited for. */
+#ifndef CV_GDN_QREG
+#define CV_GDN_QREG 1
+#endif
+/* O's D^T P^T with D split (1) or rounded once (0; O is 16-bit, D P reaches
+ * nothing else). */
+#ifndef CV_GDN_OSPLIT
+#define CV_GDN_OSPLIT 0
+#endif
 #ifndef CV_MMA_SPLIT
 #define CV_MMA_SPLIT 1
 #endif
@@ -72,7 +88,7 @@
 /* The scratch of one (chunk, head) is GDN_SCR_FLOATS (cv-shared.h): T^T's B
  * fragments (uint4: rounded pairs, remainders; 32 tiles x 32 lanes), P^T's
  * (uint2, rounded only: P reaches the output alone, not the state), then the
- * rows' G, beta, rk, rq. */
+ * rows' factors (GDN_SCR_ROWS_N floats: e^G rk, beta, w, e^G rq, e^G_last). */
 /* The second part of local memory: T^T's fragments (16 KiB), or the q rows and
  * P^T's fragments (8 KiB), in 16-bit units. */
 #define SC_R2_SHORTS (GC * KP + 32 * 32 * 4 > 32 * 32 * 8 ? GC * KP + 32 * 32 * 4 : 32 * 32 * 8)
@@ -267,6 +283,41 @@ inline void sc_stage_sw(__local ushort *dst, __global const ushort *src, long st
     }
 }
 
+/* A work-item's share of sc_stage_sw's 16-byte units (unit lid + WG_SIZE j),
+ * through registers: sc_load_sw loads them (rows past nr zero), sc_put_sw
+ * stores them swizzled; the caller fences and waits. */
+#define SC_QU ((GC * (CV_K / 8) + WG_SIZE - 1) / WG_SIZE)
+inline void sc_load_sw(uint4 *qr, __global const ushort *src, long stride, int nr)
+{
+    const bool vec = ((ulong)src & 15) == 0 && (stride & 7) == 0;
+    UNROLL
+    for (int j = 0; j < SC_QU; j++) {
+        const int e = get_local_id(0) + WG_SIZE * j;
+        const int c = e & 7, row = (e >> 3) % GC, col = 64 * ((e >> 3) / GC) + 8 * c;
+        __global const ushort *s = src + row * stride + col;
+        if (e < GC * (CV_K / 8) && row < nr && vec) {
+            qr[j] = *(__global const uint4 *)s;
+        } else {
+            uint w[4] = {0u, 0u, 0u, 0u};
+            for (int i = 0; i < 8; i++)
+                if (e < GC * (CV_K / 8) && row < nr)
+                    w[i >> 1] |= (uint)s[i] << (16 * (i & 1));
+            qr[j] = (uint4)(w[0], w[1], w[2], w[3]);
+        }
+    }
+}
+
+inline void sc_put_sw(__local ushort *dst, const uint4 *qr)
+{
+    UNROLL
+    for (int j = 0; j < SC_QU; j++) {
+        const int e = get_local_id(0) + WG_SIZE * j;
+        const int c = e & 7, row = (e >> 3) % GC, blk = (e >> 3) / GC;
+        if (e < GC * (CV_K / 8))
+            *(__local uint4 *)(dst + blk * (GC * 64) + row * 64 + ((c ^ (row & 7)) << 3)) = qr[j];
+    }
+}
+
 /* n16 16-byte units of a chunk's scratch into local memory, as they are. */
 inline void sc_copy(__local ushort *dst, __global const float *src, int n16)
 {
@@ -395,6 +446,10 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
             SC_XK(xt, al, Kc);
 #endif
         }
+#if CV_GDN_QREG
+        uint4 qr[SC_QU]; /* the q rows, stored after D */
+        sc_load_sw(qr, qh, q_stride, nr);
+#endif
 #else
         UNROLL
         for (int s = 0; s < KSTEPS; s++) {
@@ -448,9 +503,13 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
         /* T read by every warp: the q rows and P^T's fragments in its place */
         barrier(CLK_LOCAL_MEM_FENCE);
 #ifdef CV_GDN_WG
+#if CV_GDN_QREG
+        sc_put_sw(R2, qr);
+#else
         sc_stage_sw(R2, qh, q_stride, nr);
         cp_async_commit();
         cp_async_wait_all();
+#endif
         fence_proxy_async();
 #else
         gdn_stage_rows(Qc, qh, q_stride, nr);
@@ -485,7 +544,7 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
             for (int kb = 0; kb < GC / 16; kb++)
                 sc_afrag(dt[2 * kb], dt[2 * kb + 1], &ah[kb], &al[kb]);
             SC_TT(ot, ah, R2 + SC_P_AT);
-#if CV_MMA_SPLIT
+#if CV_MMA_SPLIT && CV_GDN_OSPLIT
             SC_TT(ot, al, R2 + SC_P_AT);
 #endif
         }
@@ -511,7 +570,11 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
             UNROLL
             for (int i = 2 * kb; i < NT_C; i++) {
                 const uint2 f = Pl[(i * 4 + kb) * 32 + lane];
+#if CV_GDN_OSPLIT
                 ot[i] = gdn_mma_xa(ah, al, f.x, f.y, ot[i] GDN_EMU);
+#else
+                ot[i] = mma16816(ah, f.x, f.y, ot[i]);
+#endif
             }
         }
 #endif

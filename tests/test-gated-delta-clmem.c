@@ -14,6 +14,7 @@
 
 #include <clvarlen/clvarlen-cl.h>
 
+#include "../cl/cv-shared.h" /* GDN_SCR_FLOATS */
 #include "kit-cl.h"
 
 #define ALG(i) ((i) ? CLVARLEN_GDN_CHUNKED : CLVARLEN_GDN_RECURRENT)
@@ -142,11 +143,13 @@ START_TEST(mma_chunked)
 {
     /* 0-3: the two-stage path (gdn_chunk_prep, gdn_chunk_scan) with 8 (the
      * default), 2, 1 and 4 warps per scan group; 4-7: the fused kernel
-     * (gdn_chunked_mma) */
+     * (gdn_chunked_mma). V 20 once: the scan's v and o exchange (sc_vload)
+     * with rows of V not in whole 16-byte runs. */
     static const char *const tuning[8] = {
         "mma=1,scan=1",      "mma=1,scan=1,sw=2", "mma=1,scan=1,sw=1",   "mma=1,scan=1,sw=4",
         "mma=1,scan=0",      "mma=1,scan=0,mvt=16", "mma=1,scan=0",      "mma=1,scan=0,mvt=64"};
-    chunked_edge_case(tuning[_i], 101 + (uint64_t)_i, _i & 1 ? 32 : 16, _i & 1 ? 40 : 24,
+    chunked_edge_case(tuning[_i], 101 + (uint64_t)_i, _i & 1 ? 32 : 16,
+                      _i & 1 ? 40 : (_i == 2 ? 20 : 24),
                       _i & 2 ? CLVARLEN_DTYPE_F16 : CLVARLEN_DTYPE_BF16, (_i & 3) != 3,
                       _i & 1 ? CLVARLEN_STATE_KV : CLVARLEN_STATE_VK, (_i & 3) == 2, 0);
 }
@@ -155,15 +158,15 @@ END_TEST
 /* The two-stage path with the scan on wgmma (CV_GDN_WG, emulated off Hopper):
  * K 64 and 128 (the form's head dims), 8 and 4 warps, V past the last
  * warpgroup's rows (40, 72), both dtypes and state layouts, the update
- * disabled once, token rows 3 elements apart from the packed layout once (the k
- * and q rows staged element by element, not by cp.async), its two prefetch
- * options (wgpre). */
+ * disabled once, token rows 3 elements apart from the packed layout once (the k,
+ * q and v rows loaded element by element, not 16 bytes at a time), its two
+ * prefetch options (wgpre), V 20 (rows of V not in whole 16-byte runs). */
 START_TEST(wgmma_scan)
 {
-    static const char *const tuning[4] = {
+    static const char *const tuning[5] = {
         "mma=1,scan=1,wgmma=1", "mma=1,scan=1,sw=4,wgmma=1,wgpre=3", "mma=1,scan=1,sw=4,wgmma=1",
-        "mma=1,scan=1,wgmma=1,wgpre=2"};
-    static const int dims[4][2] = {{64, 40}, {128, 72}, {64, 64}, {128, 24}};
+        "mma=1,scan=1,wgmma=1,wgpre=2", "mma=1,scan=1,wgmma=1"};
+    static const int dims[5][2] = {{64, 40}, {128, 72}, {64, 64}, {128, 24}, {64, 20}};
     chunked_edge_case(tuning[_i], 401 + (uint64_t)_i, dims[_i][0], dims[_i][1],
                       _i & 2 ? CLVARLEN_DTYPE_F16 : CLVARLEN_DTYPE_BF16, _i != 1,
                       _i & 1 ? CLVARLEN_STATE_KV : CLVARLEN_STATE_VK, _i == 2, _i == 2 ? 3 : 0);
@@ -228,8 +231,9 @@ END_TEST
 
 /* The two-stage tensor-core path without cu_seqlens (3 sequences of 130
  * tokens: the first stage finds its sequence from the fixed length) and with
- * its scratch capped (10 chunk slots of 25 KiB per head) so that the value
- * heads run in groups: 0, 1: three value heads per key head (one per
+ * its scratch capped (10 chunk slots of GDN_SCR_FLOATS, about 25 KiB, per
+ * head; the caps sit halfway between head counts) so that the value heads run
+ * in groups: 0, 1: three value heads per key head (one per
  * first-stage work-group), whole or each in a group of its own; 2: two per key
  * head in groups of two (a pair per first-stage work-group, the second group
  * from head 2); 3: groups of three, then one (a pair split: one head per
@@ -237,7 +241,11 @@ END_TEST
 START_TEST(mma_fixed_head_groups)
 {
     static const char *const tuning[4] = {"mma=1,scan=1", "mma=1,scan=1,scr=1",
-                                          "mma=1,scan=1,scr=500", "mma=1,scan=1,scr=750"};
+                                          "mma=1,scan=1,scr=625", "mma=1,scan=1,scr=875"};
+    /* the host's hcount = cap / (n_slots * slot bytes), n_slots = 390 / 64 + 3 + 1 */
+    const long per_head = 10L * GDN_SCR_FLOATS * (long)sizeof(float);
+    ck_assert_int_eq(625L * 1024 / per_head, 2);
+    ck_assert_int_eq(875L * 1024 / per_head, 3);
     setenv("CLVARLEN_GDN_TUNING", tuning[_i], 1);
     static const int32_t lengths[3] = {130, 130, 130};
     static const int32_t idx[3] = {2, -1, 0};
@@ -657,7 +665,7 @@ void gdn_add_cl_cases(TCase *oracle, TCase *api)
     tcase_add_test(oracle, auto_per_sequence);
     tcase_add_test(oracle, chunked_wide_group);
     tcase_add_loop_test(oracle, mma_chunked, 0, 8);
-    tcase_add_loop_test(oracle, wgmma_scan, 0, 4);
+    tcase_add_loop_test(oracle, wgmma_scan, 0, 5);
     tcase_add_loop_test(oracle, wgmma_check_fails, 0, 2);
     tcase_add_loop_test(oracle, portable_chunked, 0, 4);
     tcase_add_test(oracle, mma_large_heads);

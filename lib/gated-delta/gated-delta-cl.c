@@ -117,7 +117,7 @@ static size_t gdn_chunk_local_bytes(int K, int cvt, int ks)
  * "split=0" rounds its computed operands once (faster, less accurate), "scan=0" runs
  * it as one fused kernel instead of two stages, "sw=N" the scan's warps per group,
  * "only=1" / "only=2" launches only that stage (for timing it: results are wrong,
- * and the wgmma form runs without its check),
+ * and the wgmma form's first-use check does not run),
  * "scr=N" caps the two stages' scratch at N KiB (heads go in smaller groups),
  * "wgmma=0/1" turns the scan's wgmma form off or on (on: emulated off Hopper;
  * 2: on but not forced, as the default on Hopper: a failed check falls back),
@@ -681,8 +681,8 @@ clvarlen_status cv_gdn_cl_run(clvarlen_context *ctx, const char *fn, const clvar
     }
     if (!plan.chunked)
         plan.chunk_min = 0;
-    else if (!t.only &&
-             (st = cv_gdn_wgmma_ready(ctx, p, t.wgforce, t.wgbad, &t.wgmma)) != CLVARLEN_SUCCESS)
+    else if ((st = cv_gdn_wgmma_ready(ctx, p, t.wgforce, t.wgbad, t.only != 0, &t.wgmma)) !=
+             CLVARLEN_SUCCESS)
         return st;
 
     const bool checks = ctx->device_checks && N > 0 && (d->cu.m || d->sidx.m || d->inter.m);
@@ -873,13 +873,13 @@ clvarlen_status cv_gdn_cl_host(clvarlen_context *ctx, const char *fn, const clva
     gdn_resolve_tiles(ctx, p, &t);
     gdn_plan plan = {0};
     clvarlen_status st = gdn_chunk_policy(ctx, fn, pa, p, p->inter != NULL, &t, &plan.chunk_min);
-    if (st == CLVARLEN_SUCCESS && t.wgmma && !t.only && plan.chunk_min > 0) {
+    if (st == CLVARLEN_SUCCESS && t.wgmma && plan.chunk_min > 0) {
         /* checked (once) only when a sequence will run chunked */
         int64_t longest = p->cu_seqlens ? 0 : p->fixed_seqlen;
         for (int64_t n = 0; p->cu_seqlens && n < p->n_seqs; n++)
             longest = CV_MAX(longest, (int64_t)p->cu_seqlens[n + 1] - p->cu_seqlens[n]);
         if (longest >= plan.chunk_min)
-            st = cv_gdn_wgmma_ready(ctx, p, t.wgforce, t.wgbad, &t.wgmma);
+            st = cv_gdn_wgmma_ready(ctx, p, t.wgforce, t.wgbad, t.only != 0, &t.wgmma);
     }
     if (st != CLVARLEN_SUCCESS)
         return st;

@@ -44,9 +44,11 @@ void cv_gdn_set_args(cv_args *ar, const cv_gdn_problem *p, const cv_gdn_bufs *d,
  * they differ by more than SPEC 4's chunked tolerances (or the run fails), the
  * failure is logged and *wgmma cleared for this and later calls, unless the
  * form was forced: then the error is returned. fail: fail the check whatever
- * the results (tests of the fallback). */
+ * the results (tests of the fallback). timing: the call runs one stage alone
+ * for a tuning sweep (CLVARLEN_GDN_TUNING only=N; its results are wrong), so
+ * no check runs, but a failed one still holds. */
 clvarlen_status cv_gdn_wgmma_ready(clvarlen_context *ctx, const cv_gdn_problem *p, bool forced,
-                                   bool fail, int *wgmma);
+                                   bool fail, bool timing, int *wgmma);
 
 /* gated-delta-blas.c, the portable chunked path: the V tile of its scan, the
  * local memory its kernels need for key_dim K, and its launcher. The launcher

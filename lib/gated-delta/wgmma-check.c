@@ -160,14 +160,14 @@ static clvarlen_status wgmma_verify(clvarlen_context *ctx, const cv_gdn_problem 
 /* The scan's wgmma form runs for a key dim and dtype only after its check
  * (wgmma-check.c) passed on this context, once each. A failure is logged and
  * the mma.sync form runs instead (*wgmma cleared), unless the form was
- * forced: then the error is returned. */
+ * forced: then the error is returned. Timing runs skip the check. */
 clvarlen_status cv_gdn_wgmma_ready(clvarlen_context *ctx, const cv_gdn_problem *p, bool forced,
-                                   bool fail, int *wgmma)
+                                   bool fail, bool timing, int *wgmma)
 {
     if (!*wgmma)
         return CLVARLEN_SUCCESS;
     int *state = &ctx->gdn_wgmma[p->K == 128][p->dtype == CLVARLEN_DTYPE_F16];
-    if (*state == 0) {
+    if (*state == 0 && !timing) {
         *state = 2; /* the check's own run takes the form */
         bool ok = false;
         clvarlen_status st = wgmma_verify(ctx, p, fail, &ok);

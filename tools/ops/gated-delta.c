@@ -449,8 +449,16 @@ int bench_gdn(clvarlen_context *dev, const ct_options *opt, double copy_gbps)
      * 2: 64 / 8192, 4: 4 / 32768, 8: 256 / 65536) */
     const char *part = getenv("CLVARLEN_BENCH_GDN");
     const int decode = !part || !strcmp(part, "decode");
-    const int prefill = !part || !strncmp(part, "prefill", 7);
-    const int cases = part && !strncmp(part, "prefill:", 8) ? atoi(part + 8) : 15;
+    const int prefill = !part || !strcmp(part, "prefill") || !strncmp(part, "prefill:", 8);
+    long cases = 15;
+    if (part && !strncmp(part, "prefill:", 8)) {
+        char *end;
+        cases = strtol(part + 8, &end, 0);
+        if (end == part + 8 || *end || cases < 1 || cases > 15) {
+            fprintf(stderr, "CLVARLEN_BENCH_GDN=%s: the mask is 1 to 15\n", part);
+            return -1;
+        }
+    }
     int rc = 0;
     if (gpu_like && part && !strcmp(part, "recurrent")) {
         rc |= bench_prefill(dev, opt, 256, 1024, 16, 32, 128, 128, CLVARLEN_GDN_RECURRENT);
