@@ -392,8 +392,12 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
     __global const uchar *vb = v + v_off;
     __global uchar *ob = o + o_off;
     __local uint4 *xw = xch + 32 * warp;
-    const bool vec_v = ((ulong)vb & 15) == 0 && (v_stride & 7) == 0 && (CV_V & 7) == 0;
-    const bool vec_o = ((ulong)ob & 15) == 0 && (o_stride & 7) == 0 && (CV_V & 7) == 0;
+#if CV_V % 8 == 0
+    const bool vec_v = ((ulong)vb & 15) == 0 && (v_stride & 7) == 0;
+    const bool vec_o = ((ulong)ob & 15) == 0 && (o_stride & 7) == 0;
+#else
+    const bool vec_v = false, vec_o = false; /* a head's rows are not 16-byte runs */
+#endif
     const long base = bos / GC + n; /* the sequence's first chunk slot (see the host) */
 
     for (long c0 = bos, ci = 0; c0 < eos; c0 += GC, ci++) {
