@@ -120,6 +120,20 @@ inline void sc_afrag(float4 c0, float4 c1, uint4 *hi, uint4 *lo)
  * runs are 16-byte aligned (base, stride, CV_V); else, and past CV_V, 16-bit.
  * Every lane of the warp calls these (warp_sync). */
 
+/* Eight 16-bit values from src as one 16-byte unit: the first n (0 to 8) of
+ * them, the rest 0; one 16-byte load where vec (src 16-byte aligned) and n is 8. */
+inline uint4 sc_ld8(__global const ushort *src, int n, bool vec)
+{
+    if (vec && n == 8)
+        return *(__global const uint4 *)src;
+    uint w[4] = {0u, 0u, 0u, 0u};
+    UNROLL
+    for (int e = 0; e < 8; e++) /* constant bounds: w stays in registers */
+        if (e < n)
+            w[e >> 1] |= (uint)src[e] << (16 * (e & 1));
+    return (uint4)(w[0], w[1], w[2], w[3]);
+}
+
 /* The chunk's v values at the lane's V rows vr0 + g, + g + 8 (16-bit, as they
  * are), two per word: vr[2 i + c] holds chunk rows 8 i + 2 t and + 1 of V row
  * vr0 + g + 8 c; rows past nr and V rows past CV_V are 0. */
@@ -134,16 +148,7 @@ inline void sc_vload(uint *vr, __local uint4 *xw, __global const uchar *vb, long
     UNROLL
     for (int p = 0; p < NT_C / 2; p++) {
         const int row = 16 * p + (lane >> 1);
-        __global const ushort *src = v16 + (c0 + row) * v_stride;
-        if (row < nr && vec && vv + 8 <= CV_V) {
-            u[p] = *(__global const uint4 *)src;
-        } else {
-            uint w[4] = {0u, 0u, 0u, 0u};
-            for (int e = 0; e < 8; e++)
-                if (row < nr && vv + e < CV_V)
-                    w[e >> 1] |= (uint)src[e] << (16 * (e & 1));
-            u[p] = (uint4)(w[0], w[1], w[2], w[3]);
-        }
+        u[p] = sc_ld8(v16 + (c0 + row) * v_stride, row < nr ? clamp(CV_V - vv, 0, 8) : 0, vec);
     }
     UNROLL
     for (int p = 0; p < NT_C / 2; p++) {
@@ -267,13 +272,25 @@ inline void sc_dw(float4 d0, float4 d1, int kb, __local const float *rows_l, uin
 /* Rows r < nr of a chunk's k (or q) rows into dst, swizzled as above; rows
  * from nr on zero. cp.async where the rows are 16-byte units; the caller
  * commits, waits and fences. */
+#define SC_UNITS (GC * (CV_K / 8)) /* 16-byte units of a chunk's k (or q) rows */
+
+/* Unit e of the rows: its row and first column, and its place in the swizzled
+ * layout (16-bit elements from the start). */
+inline int sc_sw_unit(int e, int *row, int *col)
+{
+    const int c = e & 7, blk = (e >> 3) / GC;
+    *row = (e >> 3) % GC;
+    *col = 64 * blk + 8 * c;
+    return blk * (GC * 64) + *row * 64 + ((c ^ (*row & 7)) << 3);
+}
+
 inline void sc_stage_sw(__local ushort *dst, __global const ushort *src, long stride, int nr)
 {
     const bool vec = ((ulong)src & 15) == 0 && (stride & 7) == 0;
-    for (int e = get_local_id(0); e < GC * (CV_K / 8); e += WG_SIZE) {
-        const int c = e & 7, row = (e >> 3) % GC, blk = (e >> 3) / GC;
-        __local ushort *d = dst + blk * (GC * 64) + row * 64 + ((c ^ (row & 7)) << 3);
-        const int col = 64 * blk + 8 * c, ok = row < nr;
+    for (int e = get_local_id(0); e < SC_UNITS; e += WG_SIZE) {
+        int row, col;
+        __local ushort *d = dst + sc_sw_unit(e, &row, &col);
+        const int ok = row < nr;
         if (vec)
             cp_async16(d, (__global const uchar *)(src + (ok ? row : 0) * stride + col),
                        ok ? 16 : 0);
@@ -286,24 +303,16 @@ inline void sc_stage_sw(__local ushort *dst, __global const ushort *src, long st
 /* A work-item's share of sc_stage_sw's 16-byte units (unit lid + WG_SIZE j),
  * through registers: sc_load_sw loads them (rows past nr zero), sc_put_sw
  * stores them swizzled; the caller fences and waits. */
-#define SC_QU ((GC * (CV_K / 8) + WG_SIZE - 1) / WG_SIZE)
+#define SC_QU ((SC_UNITS + WG_SIZE - 1) / WG_SIZE)
 inline void sc_load_sw(uint4 *qr, __global const ushort *src, long stride, int nr)
 {
     const bool vec = ((ulong)src & 15) == 0 && (stride & 7) == 0;
     UNROLL
     for (int j = 0; j < SC_QU; j++) {
         const int e = get_local_id(0) + WG_SIZE * j;
-        const int c = e & 7, row = (e >> 3) % GC, col = 64 * ((e >> 3) / GC) + 8 * c;
-        __global const ushort *s = src + row * stride + col;
-        if (e < GC * (CV_K / 8) && row < nr && vec) {
-            qr[j] = *(__global const uint4 *)s;
-        } else {
-            uint w[4] = {0u, 0u, 0u, 0u};
-            for (int i = 0; i < 8; i++)
-                if (e < GC * (CV_K / 8) && row < nr)
-                    w[i >> 1] |= (uint)s[i] << (16 * (i & 1));
-            qr[j] = (uint4)(w[0], w[1], w[2], w[3]);
-        }
+        int row, col;
+        sc_sw_unit(e, &row, &col);
+        qr[j] = sc_ld8(src + row * stride + col, e < SC_UNITS && row < nr ? 8 : 0, vec);
     }
 }
 
@@ -312,9 +321,10 @@ inline void sc_put_sw(__local ushort *dst, const uint4 *qr)
     UNROLL
     for (int j = 0; j < SC_QU; j++) {
         const int e = get_local_id(0) + WG_SIZE * j;
-        const int c = e & 7, row = (e >> 3) % GC, blk = (e >> 3) / GC;
-        if (e < GC * (CV_K / 8))
-            *(__local uint4 *)(dst + blk * (GC * 64) + row * 64 + ((c ^ (row & 7)) << 3)) = qr[j];
+        int row, col;
+        const int at = sc_sw_unit(e, &row, &col);
+        if (e < SC_UNITS)
+            *(__local uint4 *)(dst + at) = qr[j];
     }
 }
 
