@@ -638,12 +638,17 @@ inline float gdn_decay(float d)
     return cv_ex2(d * 1.44269504f);
 }
 
-/* One head's P from the warp's Q K^T accumulators, rounded, straight to the
- * scratch in the scan's layout: as 64 x 64 swizzled tile rows (CV_GDN_ROWS),
- * or as P^T's B fragments, whose lane (g, t) of n8 tile 2 w (+ 1) and k16 step
- * kb <= w holds the warp's row g (+ 8) at columns 16 kb + 2 t and + 8. */
+/* One head's P from the warp's Q K^T accumulators, rounded, to the scratch in
+ * the scan's layout: as 64 x 64 swizzled tile rows (CV_GDN_ROWS), or as P^T's
+ * B fragments, whose lane (g, t) of n8 tile 2 w (+ 1) and k16 step kb <= w
+ * holds the warp's row g (+ 8) at columns 16 kb + 2 t and + 8, straight from
+ * the registers. The tile rows go through the warp's 2 KiB of local memory
+ * (stage), which holds its 16 rows as the tile does, so that global memory
+ * sees whole rows in 16-byte stores where the fragments would give 4-byte
+ * pieces of eight rows. */
 inline void gdn_prep_p(__local const float *G_l, __local const float *rk_l,
-                       __local const float *rq_l, const float4 *qk, __global float *pscr)
+                       __local const float *rq_l, const float4 *qk, __global float *pscr,
+                       __local uint *stage)
 {
     const int lane = get_local_id(0) & 31, g = lane >> 2, t = lane & 3;
     const int warp = get_local_id(0) >> 5, i0 = 16 * warp;
@@ -661,14 +666,20 @@ inline void gdn_prep_p(__local const float *G_l, __local const float *rk_l,
         pw[n][1] = pack2(p[2], p[3]);
     }
 #ifdef CV_GDN_ROWS
-    __global uint *pt = (__global uint *)pscr;
+    /* row i0 + l at stage[32 l ..], its 16-byte unit n at unit n ^ (i % 8) = n ^ g */
+    __local uint *sw = stage + warp * 16 * 32;
     UNROLL
     for (int n = 0; n < NT_C; n++)
         UNROLL
-        for (int r = 0; r < 2; r++) {
-            const int i = i0 + g + 8 * r;
-            pt[(i * 64 + ((n ^ (i & 7)) << 3) + 2 * t) >> 1] = pw[n][r];
-        }
+        for (int r = 0; r < 2; r++)
+            sw[(g + 8 * r) * 32 + ((n ^ g) << 2) + t] = pw[n][r];
+    warp_sync();
+    __global uint4 *pt = (__global uint4 *)pscr + i0 * 8;
+    __local const uint4 *s4 = (__local const uint4 *)sw;
+    UNROLL
+    for (int u = 0; u < 4; u++)
+        pt[32 * u + lane] = s4[32 * u + lane];
+    warp_sync(); /* read before the next head's rows */
 #else
     __global uint2 *fp = (__global uint2 *)pscr;
     UNROLL
@@ -683,6 +694,9 @@ inline void gdn_prep_p(__local const float *G_l, __local const float *rk_l,
 
 #if GC * KP > 2 * GC * TP
 #error "gdn_chunk_prep stages the q rows in T's local memory: K up to 128"
+#endif
+#if WG_SIZE != 2 * GC || 4 * 16 * 32 * 4 > GC * TP * 4
+#error "gdn_chunk_prep: A's entries by row pairs over 128 work-items, P's rows staged in T's place"
 #endif
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
@@ -718,8 +732,8 @@ gdn_chunk_prep(GDN_ARGS, __global float *scr, long n_slots, int h0, int hcount, 
     __global const ushort *kh = CV_CPTR(ushort, k, k_off) + c0 * k_stride + (long)hq * CV_K;
     __global const ushort *qh = CV_CPTR(ushort, q, q_off) + c0 * q_stride + (long)hq * CV_K;
 
-    gdn_stage_rows(Kc, kh, k_stride, nr);
-    gdn_stage_rows(Qc, qh, q_stride, nr);
+    gdn_stage_rows_async(Kc, kh, k_stride, nr);
+    gdn_stage_rows_async(Qc, qh, q_stride, nr);
     for (int j = 0; j < hper; j++) {
         const int h = hb + j;
         const float A = exp(CV_CPTR(float, A_log, A_log_off)[h]);
@@ -727,6 +741,7 @@ gdn_chunk_prep(GDN_ARGS, __global float *scr, long n_slots, int h0, int hcount, 
         gdn_gates(g_l + j * GC, beta_l + j * GC, ab, a_stride, bb, b_stride, c0, nr, h, A, bias,
                   sp_beta, sp_threshold);
     }
+    cp_async_wait_all(); /* the k and q rows */
     barrier(CLK_LOCAL_MEM_FENCE);
 
     float4 kk[NT_C], qk[NT_C];
@@ -745,11 +760,6 @@ gdn_chunk_prep(GDN_ARGS, __global float *scr, long n_slots, int h0, int hcount, 
         gdn_norms_and_G(nk2, nq2, l2, scale, rk_l, rq_l, g_l + j * GC, G_l + j * GC GDN_EMU);
     }
     barrier(CLK_LOCAL_MEM_FENCE); /* norms and G ready; the k and q rows read */
-    /* T's blocks (0, 1) and (2, 3) zero (gdn_invert reads them; it writes neither) */
-    for (int e = lid; e < 2 * 256; e += WG_SIZE) {
-        const int r = 32 * (e >> 8) + ((e >> 4) & 15), c = r - ((e >> 4) & 15) + 16 + (e & 15);
-        D_l[r * TP + c] = 0.0f;
-    }
     UNROLL
     for (int nn = 0; nn < NT_C; nn++) { /* K K^T (i, m), m < i, at A_l[m][i] */
         const float c[4] = {kk[nn].x, kk[nn].y, kk[nn].z, kk[nn].w};
@@ -760,21 +770,34 @@ gdn_chunk_prep(GDN_ARGS, __global float *scr, long n_slots, int h0, int hcount, 
                 A_l[m * AP + i] = c[e];
         }
     }
-    for (int j = 0; j < hper; j++)
+    for (int j = 0; j < hper; j++) /* P's rows staged in T's place (D_l) */
         gdn_prep_p(G_l + j * GC, rk_l, rq_l, qk,
-                   scr + (x * hcount + (hb + j - h0)) * (long)GDN_SCR_FLOATS + GDN_SCR_P);
+                   scr + (x * hcount + (hb + j - h0)) * (long)GDN_SCR_FLOATS + GDN_SCR_P,
+                   (__local uint *)D_l);
     barrier(CLK_LOCAL_MEM_FENCE);
+    /* T's blocks (0, 1) and (2, 3) zero (gdn_invert reads them; it writes neither) */
+    for (int e = lid; e < 2 * 256; e += WG_SIZE) {
+        const int r = 32 * (e >> 8) + ((e >> 4) & 15), c = r - ((e >> 4) & 15) + 16 + (e & 15);
+        D_l[r * TP + c] = 0.0f;
+    }
 
     for (int j = 0; j < hper; j++) {
         const int h = hb + j;
         __local const float *Gh = G_l + j * GC, *bh = beta_l + j * GC;
         /* A[i][m] = beta_i rk_i rk_m (k_i . k_m) e^(G_i - G_m), m < i; the last
-         * head's T read by now (its readers precede the barrier below) */
-        for (int e = lid; e < GC * GC; e += WG_SIZE) {
-            const int i = e / GC, m = e % GC;
-            if (m < i)
-                A_l[i * AP + m] =
-                    bh[i] * rk_l[i] * rk_l[m] * A_l[m * AP + i] * gdn_decay(Gh[i] - Gh[m]);
+         * head's T read by now (its readers precede the barrier below). Rows p
+         * and 63 - p have 63 such entries together: four work-items share the
+         * pair, each taking every fourth, so none idles (GC 64, WG_SIZE 128). */
+        {
+            const int pr = lid >> 2, ia = pr, ib = GC - 1 - pr;
+            const float fa = bh[ia] * rk_l[ia], fb = bh[ib] * rk_l[ib];
+            const float Ga = Gh[ia], Gb = Gh[ib];
+            for (int e = lid & 3; e < GC - 1; e += 4) {
+                const bool lo = e < ia;
+                const int i = lo ? ia : ib, m = lo ? e : e - ia;
+                A_l[i * AP + m] = (lo ? fa : fb) * rk_l[m] * A_l[m * AP + i] *
+                                  gdn_decay((lo ? Ga : Gb) - Gh[m]);
+            }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         gdn_invert(A_l, D_l GDN_EMU);
