@@ -2,7 +2,9 @@
  * module is compiled into this test (it needs no OpenCL), so it runs in every
  * build. Markers become instructions, the target becomes sm_90a with the
  * directive's other fields kept, and PTX that is not for sm_90 (or holds no
- * marker) is refused with nothing allocated.
+ * marker) is refused with nothing allocated; the register cap puts a
+ * .maxnreg directive after every kernel's parameters, and refuses text with
+ * no kernel or a cap already.
  */
 #include "kit-check.h"
 
@@ -120,6 +122,65 @@ START_TEST(test_bounds)
 }
 END_TEST
 
+static void cap_refused(const char *in, int nreg, cv_ptx_patch_result want)
+{
+    char *out = (char *)1;
+    size_t on = 7;
+    ck_assert_int_eq(cv_ptx_cap_registers(in, strlen(in), nreg, &out, &on), want);
+    ck_assert_ptr_null(out);
+    ck_assert_uint_eq(on, 0);
+    ck_assert(strlen(cv_ptx_patch_message(want)) > 0);
+}
+
+/* The register cap: a .maxnreg directive after every kernel's parameter list,
+ * in the forms NVIDIA's compiler (.entry at a line's start, parameters on
+ * their own lines, .reqntid after them) and clang (.visible .entry) write. */
+START_TEST(test_cap)
+{
+    static const char two[] =
+        ".version 9.0\n.target sm_90, texmode_independent\n"
+        ".entry a(\n\t.param .u64 a_param_0,\n\t.param .u32 a_param_1\n)\n"
+        ".reqntid 128, 1, 1\n{\n\tret;\n}\n"
+        "\t// .entry c(.param .u32 x) is a comment\n"
+        "  .visible .entry b(.param .u64 b_param_0)\n{\n\tret;\n}\n";
+    char *out = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(cv_ptx_cap_registers(two, strlen(two), 96, &out, &n), CV_PTX_PATCHED);
+    ck_assert_uint_eq(n, strlen(out));
+    ck_assert_str_eq(out, ".version 9.0\n.target sm_90, texmode_independent\n"
+                          ".entry a(\n\t.param .u64 a_param_0,\n\t.param .u32 a_param_1\n)"
+                          "\n.maxnreg 96\n.reqntid 128, 1, 1\n{\n\tret;\n}\n"
+                          "\t// .entry c(.param .u32 x) is a comment\n"
+                          "  .visible .entry b(.param .u64 b_param_0)\n.maxnreg 96\n{\n"
+                          "\tret;\n}\n");
+    /* capping the capped text again is refused */
+    cap_refused(out, 96, CV_PTX_HAS_MAXNREG);
+    /* after the sm_90a patch, as the loader chains them */
+    char *sm = NULL, *both = NULL;
+    ck_assert_int_eq(cv_ptx_patch_sm90a(ptx, strlen(ptx), &sm, &n), CV_PTX_PATCHED);
+    ck_assert_int_eq(cv_ptx_cap_registers(sm, n, 255, &both, &n), CV_PTX_PATCHED);
+    ck_assert_ptr_nonnull(strstr(both, ".entry k(.param .u64 k_param_0)\n.maxnreg 255\n{\n"));
+    ck_assert_ptr_nonnull(strstr(both, ".target sm_90a, texmode_independent\n"));
+    ck_assert_uint_eq(n, strlen(sm) + strlen("\n.maxnreg 255"));
+    free(sm);
+    free(both);
+    free(out);
+    /* a kernel without parameters; n bounds the text */
+    out = NULL;
+    ck_assert_int_eq(cv_ptx_cap_registers(".entry z\n{\n}\n.entry y()\n", 10, 16, &out, &n),
+                     CV_PTX_PATCHED);
+    ck_assert_str_eq(out, ".entry z\n.maxnreg 16\n{");
+    free(out);
+    cap_refused("", 96, CV_PTX_NO_ENTRY);
+    cap_refused(".entryx(.param .u32 p)\n{\n}\n", 96, CV_PTX_NO_ENTRY);
+    cap_refused("// .entry k()\n", 96, CV_PTX_NO_ENTRY);
+    cap_refused(".entry k(.param .u32 p\n", 96, CV_PTX_NO_ENTRY); /* cut short */
+    cap_refused(".entry k()\n.maxnreg 64\n{\n}\n", 96, CV_PTX_HAS_MAXNREG);
+    cap_refused(".entry k()\n{\n}\n", 15, CV_PTX_BAD_NREG);
+    cap_refused(".entry k()\n{\n}\n", 256, CV_PTX_BAD_NREG);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("ptx-patch");
@@ -127,6 +188,7 @@ int main(void)
     tcase_add_test(tc, test_patch);
     tcase_add_test(tc, test_targets);
     tcase_add_test(tc, test_bounds);
+    tcase_add_test(tc, test_cap);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }

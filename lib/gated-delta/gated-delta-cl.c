@@ -29,6 +29,7 @@ typedef struct gdn_tiles {
     int wgbad;         /* ... its check made to fail (tests of the fallback) */
     int hper;          /* ... the first stage's value heads per work-group (at most) */
     int only;          /* tuning sweeps: launch only stage 1 or 2 (wrong results; 0: both) */
+    int preg;          /* NVIDIA: the first stage's register cap (0: none; PTX patch step) */
     int blas;          /* chunked without tensor cores: CLBlast products + own kernels
                         * (cl/gated-delta-blas.cl; 0: the fused portable kernel) */
     size_t scr_cap;    /* the two stages' scratch per call before heads go in groups */
@@ -53,6 +54,9 @@ typedef struct gdn_tiles {
  * pairs, 354 / 221 / 661 / 1594 one head per work-group (docs/PERFORMANCE.md;
  * measured before the q rows were staged in local memory). */
 #define GDN_PREP_HEADS 2 /* at most GDN_PREP_MAX (cv-shared.h) */
+/* The first stage's register cap on NVIDIA (0: none): 96 lets five of its
+ * work-groups share an SM where the driver's 128 let four. */
+#define GDN_PREP_NREG 0
 /* AUTO on the cl_mem entry point (lengths stay on the device): the chunked
  * kernel runs only for batches of at least this many tokens per sequence. */
 #define GDN_AUTO_MIN_AVG 16
@@ -124,14 +128,15 @@ static size_t gdn_chunk_local_bytes(int K, int cvt, int ks)
  * "wgpre=N" its prefetches (bit 0: v before X^T, bit 1: the next chunk's T and P;
  * default 0: on an H200 neither was faster), "wgbad=1" makes the form's check fail
  * (tests), "hper=N" the first stage's value heads per work-group (those of one key
- * head; default GDN_PREP_HEADS),
+ * head; default GDN_PREP_HEADS), "preg=N" caps the first stage at N registers on
+ * NVIDIA through the loader's PTX patch step (0: no cap; default GDN_PREP_NREG),
  * "vec=0" keeps the token kernel's scalar state loads, "pre=0" drops its
  * next-token prefetch, "blas=0" runs the portable chunked path as one fused
  * kernel instead of CLBlast's products and the kernels around them. */
 static void gdn_tuning_override(int *wg, int *vt, int *tk, int *cwg, int *cvt, int64_t *cmin,
                                 int *mma, int *mvt, int *split, int *scan, int *sw, int *only,
                                 long long *scr_kib, int *vec4, int *pre, int *blas, int *wgmma,
-                                int *wgpre, int *wgbad, int *hper)
+                                int *wgpre, int *wgbad, int *hper, int *preg)
 {
     const char *env = getenv("CLVARLEN_GDN_TUNING");
     if (!env)
@@ -180,6 +185,8 @@ static void gdn_tuning_override(int *wg, int *vt, int *tk, int *cwg, int *cvt, i
             *wgbad = val != 0;
         else if (!strcmp(key, "hper"))
             *hper = (int)CV_MIN(CV_MAX(val, 1), GDN_PREP_MAX);
+        else if (!strcmp(key, "preg"))
+            *preg = val <= 0 ? 0 : (int)CV_MIN(CV_MAX(val, 16), 255);
         env += used;
         if (*env == ',')
             env++;
@@ -240,11 +247,12 @@ static void gdn_resolve_tiles(const clvarlen_context *ctx, const cv_gdn_problem 
      * 0.91 / 2.95 / 5.95 ms on the bench's four prefill batches, against 1.50 /
      * 0.95 / 3.31 / 6.29 with 4 warps and 2.43 / 1.70 / 4.87 / - fused */
     int mma = -1, mvt = 32, split = 1, scan = 1, sw = 8, only = 0;
-    int wgmma = -1, wgpre = 0, wgbad = 0, hper = GDN_PREP_HEADS;
+    int wgmma = -1, wgpre = 0, wgbad = 0, hper = GDN_PREP_HEADS, preg = GDN_PREP_NREG;
     long long scr_kib = 0;
     int vec4 = 1, pre = !tu->gdn_no_prefetch, blas = tu->gdn_chunk_blas;
     gdn_tuning_override(&wg, &vt, &tk, &cwg, &cvt, &cmin, &mma, &mvt, &split, &scan, &sw, &only,
-                        &scr_kib, &vec4, &pre, &blas, &wgmma, &wgpre, &wgbad, &hper);
+                        &scr_kib, &vec4, &pre, &blas, &wgmma, &wgpre, &wgbad, &hper, &preg);
+    t->preg = preg;
     t->wgpre = wgpre;
     t->wgbad = wgbad;
     t->hper = hper;
@@ -310,16 +318,19 @@ static clvarlen_status gdn_kernel(clvarlen_context *ctx, const cv_gdn_problem *p
     if (scan || strcmp(name, "gdn_chunked_mma") == 0 || strcmp(name, "gdn_chunk_prep") == 0) {
         const int dt = cv_dtype_kernel_code(p->dtype);
         const bool prep = strcmp(name, "gdn_chunk_prep") == 0;
+        char preg[32] = "";
+        if (prep && t->ptx && t->preg > 0)
+            snprintf(preg, sizeof preg, " " CV_PTX_MAXNREG_OPTION "%d", t->preg);
         snprintf(opts, sizeof opts,
                  "-DCV_K=%d -DCV_V=%d -DCV_DT=%d -DCV_DTYPE=%d -DCV_ST_DT=%d -DCV_%s=%d "
-                 "-DCV_MMA_SPLIT=%d%s%s%s%s%s",
+                 "-DCV_MMA_SPLIT=%d%s%s%s%s%s%s",
                  (int)p->K, (int)p->V, dt, dt, cv_dtype_kernel_code(p->state_dtype),
                  scan ? "SW" : "MVT", scan ? t->sw : t->mvt, t->split,
                  t->ptx ? " -DCV_NV_PTX=1" : "", t->wgmma && prep ? " -DCV_GDN_ROWS=1" : "",
                  t->wgmma && scan ? (t->ptx ? " -DCV_GDN_WG=1 " CV_SM90A_OPTION : " -DCV_GDN_WG=1")
                                   : "",
                  t->wgmma && scan && (t->wgpre & 1) ? " -DCV_GDN_VPRE=1" : "",
-                 t->wgmma && scan && (t->wgpre & 2) ? " -DCV_GDN_SPRE=1" : "");
+                 t->wgmma && scan && (t->wgpre & 2) ? " -DCV_GDN_SPRE=1" : "", preg);
         return cv_get_kernel(ctx, scan ? "gated-delta-scan.cl" : "gated-delta-mma.cl", opts,
                              name, kernel);
     }

@@ -370,13 +370,16 @@ static void dump_source(clvarlen_context *ctx, const char *file, const char *opt
         cv_log(ctx, CLVARLEN_LOG_INFO, "CLVARLEN_SOURCE_DUMP: %s not written", path);
 }
 
-/* Programs built with CV_SM90A_OPTION (runtime.h): the PTX of the sm_90 build
- * goes through the patch step (ptx-patch.c: its marked sm_90a instructions
- * turned on, the target made sm_90a) and is built again from that text; *p
- * is replaced on success, released on failure. The cache then stores the
- * patched binary, so a later start loads it as it is. */
-static clvarlen_status rebuild_sm90a(clvarlen_context *ctx, const char *file, const char *options,
-                                     cl_program *p)
+/* Programs built with CV_SM90A_OPTION or CV_PTX_MAXNREG_OPTION (runtime.h):
+ * the PTX of the build goes through the patch step (ptx-patch.c: for sm_90a
+ * its marked instructions turned on and the target made sm_90a; with a
+ * register cap (maxnreg > 0) a .maxnreg directive for every kernel) and is
+ * built again from that text; *p is replaced on success, released on
+ * failure. The cache then stores the patched binary, so a later start loads
+ * it as it is. */
+static clvarlen_status rebuild_patched(clvarlen_context *ctx, const char *file,
+                                       const char *options, bool sm90a, int maxnreg,
+                                       cl_program *p)
 {
     size_t bsize = 0;
     unsigned char *bin = NULL;
@@ -393,14 +396,27 @@ static clvarlen_status rebuild_sm90a(clvarlen_context *ctx, const char *file, co
                                  : cv_error(ctx, CLVARLEN_ERROR_KERNEL_BUILD,
                                             "%s [%s]: no program binary to patch", file, options);
     }
-    char *ptx = NULL;
-    size_t ptx_size = 0;
-    cv_ptx_patch_result r = cv_ptx_patch_sm90a((const char *)bin, bsize, &ptx, &ptx_size);
-    free(bin);
+    char *ptx = (char *)bin;
+    size_t ptx_size = bsize;
+    cv_ptx_patch_result r = CV_PTX_PATCHED;
+    const char *step = "sm_90a";
+    if (sm90a) {
+        char *t = NULL;
+        r = cv_ptx_patch_sm90a(ptx, ptx_size, &t, &ptx_size);
+        free(ptx);
+        ptx = t;
+    }
+    if (r == CV_PTX_PATCHED && maxnreg > 0) {
+        char *t = NULL;
+        step = "a register cap";
+        r = cv_ptx_cap_registers(ptx, ptx_size, maxnreg, &t, &ptx_size);
+        free(ptx);
+        ptx = t;
+    }
     if (r != CV_PTX_PATCHED)
         return cv_error(ctx, r == CV_PTX_NO_MEMORY ? CLVARLEN_ERROR_OUT_OF_MEMORY
                                                    : CLVARLEN_ERROR_KERNEL_BUILD,
-                        "%s [%s]: PTX patch for sm_90a: %s", file, options,
+                        "%s [%s]: PTX patch for %s: %s", file, options, step,
                         cv_ptx_patch_message(r));
     const unsigned char *bins[] = {(const unsigned char *)ptx};
     size_t len = ptx_size; /* as the route was measured (../shared/gpu/probes) */
@@ -417,14 +433,15 @@ static clvarlen_status rebuild_sm90a(clvarlen_context *ctx, const char *file, co
         if (q)
             clReleaseProgram(q);
         clvarlen_status st = cv_error(ctx, CLVARLEN_ERROR_KERNEL_BUILD,
-                                      "%s [%s]: the sm_90a build of the patched PTX failed "
+                                      "%s [%s]: the build of the patched PTX failed "
                                       "(%s):\n%s",
                                       file, options, cv_cl_error_name(err),
                                       log ? log : "(no build log)");
         free(log);
         return st;
     }
-    cv_log(ctx, CLVARLEN_LOG_INFO, "patched %s [%s] for sm_90a", file, options);
+    cv_log(ctx, CLVARLEN_LOG_INFO, "patched %s [%s]%s%s", file, options,
+           sm90a ? " for sm_90a" : "", maxnreg > 0 ? " with a register cap" : "");
     *p = q;
     return CLVARLEN_SUCCESS;
 }
@@ -467,8 +484,17 @@ static clvarlen_status build_program(clvarlen_context *ctx, const char *file, co
         return st;
     }
     cv_log(ctx, CLVARLEN_LOG_INFO, "compiled %s/%s [%s]", dir, file, options);
-    if (strstr(options, CV_SM90A_OPTION) && (st = rebuild_sm90a(ctx, file, options, &p)) !=
-                                                CLVARLEN_SUCCESS) {
+    const bool sm90a = strstr(options, CV_SM90A_OPTION) != NULL;
+    const char *cap = strstr(options, CV_PTX_MAXNREG_OPTION);
+    const int maxnreg = cap ? atoi(cap + sizeof CV_PTX_MAXNREG_OPTION - 1) : 0;
+    if (cap && (maxnreg < 16 || maxnreg > 255)) {
+        free(source);
+        clReleaseProgram(p);
+        return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s [%s]: register cap outside "
+                        "16 .. 255", file, options);
+    }
+    if ((sm90a || maxnreg > 0) &&
+        (st = rebuild_patched(ctx, file, options, sm90a, maxnreg, &p)) != CLVARLEN_SUCCESS) {
         free(source);
         return st;
     }

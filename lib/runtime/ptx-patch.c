@@ -10,6 +10,7 @@
 #include "runtime/ptx-patch.h"
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -102,6 +103,89 @@ cv_ptx_patch_result cv_ptx_patch_sm90a(const char *in, size_t n, char **out, siz
     return CV_PTX_PATCHED;
 }
 
+/* Where a kernel's parameter list ends (just past its `)`; past the name when
+ * it has none) for the `.entry` directive that begins a line at or after
+ * in + i (after blanks and an optional `.visible`), or NULL when no line
+ * from there on is one. */
+static const char *next_entry(const char *in, size_t n, size_t *i)
+{
+    static const char vis[] = ".visible", ent[] = ".entry";
+    for (; *i < n; (*i)++) {
+        if (*i > 0 && in[*i - 1] != '\n')
+            continue;
+        size_t j = *i;
+        while (j < n && (in[j] == ' ' || in[j] == '\t'))
+            j++;
+        if (n - j >= sizeof vis - 1 && memcmp(in + j, vis, sizeof vis - 1) == 0 &&
+            j + sizeof vis - 1 < n && !name_char(in[j + sizeof vis - 1])) {
+            j += sizeof vis - 1;
+            while (j < n && (in[j] == ' ' || in[j] == '\t'))
+                j++;
+        }
+        if (n - j < sizeof ent - 1 || memcmp(in + j, ent, sizeof ent - 1) != 0)
+            continue;
+        j += sizeof ent - 1;
+        if (j >= n || name_char(in[j]))
+            continue; /* e.g. .entryx */
+        while (j < n && (in[j] == ' ' || in[j] == '\t'))
+            j++;
+        while (j < n && (name_char(in[j]) || in[j] == '$' || in[j] == '.'))
+            j++; /* the kernel's name */
+        size_t k = j;
+        while (k < n && (in[k] == ' ' || in[k] == '\t' || in[k] == '\n' || in[k] == '\r'))
+            k++;
+        if (k < n && in[k] == '(') {
+            const char *close = memchr(in + k, ')', n - k);
+            if (!close)
+                return NULL; /* cut short: not PTX the driver wrote */
+            j = (size_t)(close - in) + 1;
+        }
+        *i = j;
+        return in + j;
+    }
+    return NULL;
+}
+
+cv_ptx_patch_result cv_ptx_cap_registers(const char *in, size_t n, int nreg, char **out,
+                                         size_t *out_n)
+{
+    *out = NULL;
+    *out_n = 0;
+    if (nreg < 16 || nreg > 255)
+        return CV_PTX_BAD_NREG;
+    const char *nul = memchr(in, '\0', n);
+    if (nul)
+        n = (size_t)(nul - in);
+    static const char maxn[] = ".maxnreg";
+    for (size_t i = 0; i + sizeof maxn - 1 <= n; i++)
+        if (memcmp(in + i, maxn, sizeof maxn - 1) == 0)
+            return CV_PTX_HAS_MAXNREG;
+    size_t entries = 0;
+    for (size_t i = 0; next_entry(in, n, &i); entries++)
+        ;
+    if (entries == 0)
+        return CV_PTX_NO_ENTRY;
+    char dir[24];
+    const int dn = snprintf(dir, sizeof dir, "\n.maxnreg %d", nreg);
+    char *buf = malloc(n + entries * (size_t)dn + 1);
+    if (!buf)
+        return CV_PTX_NO_MEMORY;
+    size_t o = 0, from = 0;
+    for (size_t i = 0; next_entry(in, n, &i);) {
+        memcpy(buf + o, in + from, i - from);
+        o += i - from;
+        memcpy(buf + o, dir, (size_t)dn);
+        o += (size_t)dn;
+        from = i;
+    }
+    memcpy(buf + o, in + from, n - from);
+    o += n - from;
+    buf[o] = '\0';
+    *out = buf;
+    *out_n = o;
+    return CV_PTX_PATCHED;
+}
+
 const char *cv_ptx_patch_message(cv_ptx_patch_result r)
 {
     switch (r) {
@@ -113,6 +197,12 @@ const char *cv_ptx_patch_message(cv_ptx_patch_result r)
         return "the PTX holds no `" CV_PTX_MARKER "` marker";
     case CV_PTX_NO_MEMORY:
         return "out of memory";
+    case CV_PTX_NO_ENTRY:
+        return "the PTX holds no kernel (`.entry`)";
+    case CV_PTX_HAS_MAXNREG:
+        return "the PTX has a `.maxnreg` directive already";
+    case CV_PTX_BAD_NREG:
+        return "the register cap is outside 16 .. 255";
     }
     return "unknown";
 }

@@ -20,6 +20,9 @@ typedef enum cv_ptx_patch_result {
     CV_PTX_NO_TARGET,  /* no `.target sm_90` directive: not PTX for a Hopper device */
     CV_PTX_NO_MARKERS, /* no marker: nothing to turn on (the caller asked for it) */
     CV_PTX_NO_MEMORY,
+    CV_PTX_NO_ENTRY,    /* no `.entry` directive: no kernel to cap */
+    CV_PTX_HAS_MAXNREG, /* a `.maxnreg` directive is there already */
+    CV_PTX_BAD_NREG,    /* the cap is outside 16 .. 255 */
 } cv_ptx_patch_result;
 
 /**
@@ -30,6 +33,20 @@ typedef enum cv_ptx_patch_result {
  * A target that is already sm_90a is kept. On a refusal *out is NULL.
  */
 cv_ptx_patch_result cv_ptx_patch_sm90a(const char *in, size_t n, char **out, size_t *out_n);
+
+/**
+ * Copies the PTX text in[0 .. n) (a NUL inside ends it) into a new malloc'ed,
+ * NUL-terminated *out with a `.maxnreg nreg` directive after the parameter
+ * list of every kernel (`.entry`, also `.visible .entry`), so that ptxas
+ * keeps each kernel within nreg registers per thread (16 <= nreg <= 255).
+ * NVIDIA's OpenCL compiler accepts -cl-nv-maxrregcount and ignores it
+ * (docs/PERFORMANCE.md); a kernel whose occupancy its register count sets
+ * gets the cap this way (kernel-source.c, CV_PTX_MAXNREG_OPTION). Text
+ * with no kernel, or with a `.maxnreg` already, is refused; on a refusal *out
+ * is NULL.
+ */
+cv_ptx_patch_result cv_ptx_cap_registers(const char *in, size_t n, int nreg, char **out,
+                                         size_t *out_n);
 
 /** A short description of a result, for error messages. */
 const char *cv_ptx_patch_message(cv_ptx_patch_result r);

@@ -159,9 +159,13 @@ clvarlen_status cv_cl_check(clvarlen_context *ctx, cl_int err, const char *what)
  * until the context is destroyed. Build failures return
  * CLVARLEN_ERROR_KERNEL_BUILD with the build log in the message. Options
  * containing CV_SM90A_OPTION build for sm_90a through the PTX patch step
- * (lib/runtime/ptx-patch.c): NVIDIA Hopper devices only.
+ * (lib/runtime/ptx-patch.c): NVIDIA Hopper devices only. Options containing
+ * CV_PTX_MAXNREG_OPTION N (N in 16 .. 255) have every kernel of the program
+ * capped at N registers through the same step (cv_ptx_cap_registers): NVIDIA
+ * devices only (their program binaries are PTX).
  */
 #define CV_SM90A_OPTION "-DCV_SM90A=1"
+#define CV_PTX_MAXNREG_OPTION "-DCV_PTX_MAXNREG="
 clvarlen_status cv_get_kernel(clvarlen_context *ctx, const char *file, const char *options,
                               const char *name, cl_kernel *kernel);
 
