@@ -386,9 +386,28 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
     /* the lane's V rows: r = 0 -> vr0 + g, r = 1 -> vr0 + g + 8 */
     const int va = vr0 + g, vb8 = vr0 + g + 8;
 
+    /* f32 [V, K] states whose slot starts 8 bytes aligned: a lane's two adjacent
+     * K columns of a row in one 8-byte access, half the accesses of 4-byte ones
+     * (the wgmma form; the mma.sync form, at 255 registers, spilled with it by
+     * tools/nv-ptxas.py) */
+#if defined(CV_GDN_WG) && CV_ST_DT == CV_DT_F32 && CV_K % 2 == 0
+    const int st2 =
+        !skv && slot >= 0 && (pool_off & 7) == 0 && ((slot * slot_pitch + head_off) & 1) == 0;
+#else
+    const int st2 = 0;
+#endif
+    __global float2 *pool2 =
+        (__global float2 *)(pool + pool_off) + (st2 ? (slot * slot_pitch + head_off) / 2 : 0);
+
     float4 sc[NT_K]; /* S^T: rows va, vb8; columns 8 j + 2 t, + 1 */
     UNROLL
     for (int j = 0; j < NT_K; j++) {
+        if (st2) {
+            const float2 a = va < CV_V ? pool2[(va * CV_K + 8 * j + 2 * t) / 2] : (float2)(0.0f);
+            const float2 b = vb8 < CV_V ? pool2[(vb8 * CV_K + 8 * j + 2 * t) / 2] : (float2)(0.0f);
+            sc[j] = (float4)(a.x, a.y, b.x, b.y);
+            continue;
+        }
         float x[4];
         for (int e = 0; e < 4; e++) {
             const int vv = (e >> 1) ? vb8 : va, kk = 8 * j + 2 * t + (e & 1);
@@ -644,6 +663,13 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
     if (slot >= 0 && (flags & GDN_WRITE_BACK)) {
         UNROLL
         for (int j = 0; j < NT_K; j++) {
+            if (st2) {
+                if (va < CV_V)
+                    pool2[(va * CV_K + 8 * j + 2 * t) / 2] = (float2)(sc[j].x, sc[j].y);
+                if (vb8 < CV_V)
+                    pool2[(vb8 * CV_K + 8 * j + 2 * t) / 2] = (float2)(sc[j].z, sc[j].w);
+                continue;
+            }
             const float x[4] = {sc[j].x, sc[j].y, sc[j].z, sc[j].w};
             for (int e = 0; e < 4; e++) {
                 const int vv = (e >> 1) ? vb8 : va, kk = 8 * j + 2 * t + (e & 1);

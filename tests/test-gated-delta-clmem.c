@@ -475,6 +475,20 @@ static void dev_read(dev_case *d, int which, void *host, size_t bytes)
                      CL_SUCCESS);
 }
 
+/* The device outputs and states equal the host entry point's (c's), bitwise. */
+static void dev_expect_host(dev_case *d, const gdn_case *c)
+{
+    unsigned char *o = malloc(c->o_bytes + 1), *pool = malloc(c->pool_bytes + 1);
+    ck_assert(o && pool);
+    dev_read(d, D_O, o, c->o_bytes);
+    dev_read(d, D_POOL, pool, c->pool_bytes);
+    ck_assert_msg(memcmp(o, c->o + GDN_GUARD, c->o_bytes) == 0, "cl_mem o differs from host path");
+    ck_assert_msg(memcmp(pool, c->pool + GDN_GUARD, c->pool_bytes) == 0,
+                  "cl_mem states differ from host path");
+    free(o);
+    free(pool);
+}
+
 static void dev_free(dev_case *d)
 {
     for (int i = 0; i < 13; i++)
@@ -518,13 +532,7 @@ START_TEST(cl_mem_matches_host)
     ck_assert_ptr_nonnull(ev);
     ck_assert_int_eq(clWaitForEvents(1, &ev), CL_SUCCESS);
     clReleaseEvent(ev);
-    unsigned char *o = malloc(c.o_bytes + 1), *pool = malloc(c.pool_bytes + 1);
-    ck_assert(o && pool);
-    dev_read(&d, D_O, o, c.o_bytes);
-    dev_read(&d, D_POOL, pool, c.pool_bytes);
-    ck_assert_msg(memcmp(o, c.o + GDN_GUARD, c.o_bytes) == 0, "cl_mem o differs from host path");
-    ck_assert_msg(memcmp(pool, c.pool + GDN_GUARD, c.pool_bytes) == 0,
-                  "cl_mem states differ from host path");
+    dev_expect_host(&d, &c);
 
     /* misaligned offsets and short buffers are rejected before anything runs */
     st = clvarlen_cl_gated_delta_rule(gdn_ctx, &c.p, d.buf[D_ALOG], 2, d.buf[D_BIAS], 256, d.buf[D_A],
@@ -556,8 +564,33 @@ START_TEST(cl_mem_matches_host)
                                       d.buf[D_Q], 256, d.buf[D_SIDX], 256, NULL, 0, NULL, 0,
                                       d.buf[D_O], 256, 0, NULL, NULL);
     ck_assert(st == CLVARLEN_ERROR_INVALID_ARGUMENT || st == CLVARLEN_ERROR_BUFFER_TOO_SMALL);
-    free(o);
-    free(pool);
+    dev_free(&d);
+    gdn_case_free(&c);
+}
+END_TEST
+
+/* The wgmma scan (emulated off Hopper) through the cl_mem entry point with
+ * every buffer 4 bytes past an 8-byte boundary: the states' 8-byte accesses
+ * (f32 [V, K] slots 8-byte aligned), the k, q and v rows' 16-byte loads and the
+ * first stage's cp.async copies fall back to narrower ones; outputs and
+ * states equal the host entry point's, whose buffers are aligned, bitwise. */
+START_TEST(wgmma_scan_unaligned)
+{
+    setenv("CLVARLEN_GDN_TUNING", "mma=1,scan=1,wgmma=1", 1);
+    int32_t lengths[5], idx[5];
+    gdn_case_cfg cfg = cl_mem_cfg(lengths, idx, CLVARLEN_GDN_CHUNKED);
+    cfg.K = 64;
+    cfg.V = 40;
+    cfg.dtype = CLVARLEN_DTYPE_BF16;
+    gdn_case c;
+    gdn_case_make(&c, &cfg);
+    gdn_run_and_check(gdn_ctx, &c, "host entry point");
+
+    dev_case d;
+    dev_make(&d, gdn_ctx, &c, 260);
+    clvarlen_status st = dev_run(gdn_ctx, &d, &c, NULL);
+    ck_assert_msg(st == CLVARLEN_SUCCESS, "%s", clvarlen_last_error(gdn_ctx));
+    dev_expect_host(&d, &c);
     dev_free(&d);
     gdn_case_free(&c);
 }
@@ -672,6 +705,7 @@ void gdn_add_cl_cases(TCase *oracle, TCase *api)
     tcase_add_test(oracle, chunked_then_decode);
     tcase_add_loop_test(oracle, mma_fixed_head_groups, 0, 4);
     tcase_add_loop_test(api, cl_mem_matches_host, 0, 2);
+    tcase_add_test(api, wgmma_scan_unaligned);
     tcase_add_loop_test(api, cl_mem_device_checks, 0, 2);
     tcase_add_loop_test(oracle, narrow_heads_pool_guard, 0, 2);
 }
