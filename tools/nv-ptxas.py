@@ -13,9 +13,10 @@ added). Then compiles it with clang 16 for
 nvptx64-nvidia-nvcl (with -DCV_NV_PTX=1, and -DCV_SM90A=1 for wgmma programs), links
 libclc's nvptx64--nvidiacl.bc, optimises (opt -O3) and lowers it (llc -mcpu=sm_90). It
 applies the loader's PTX patch step (lib/runtime/ptx-patch.c: the `// CVW ` markers
-removed, the target sm_90a) and runs `ptxas -arch=sm_90a -v`. Prints each kernel's
-registers and local memory, and ptxas's warnings, such as C7514/C7515 (wgmma products
-serialized because the code touches their accumulators while they are in flight).
+removed, the target sm_90a; with -DCV_PTX_MAXNREG=N, .maxnreg N for each kernel) and
+runs `ptxas -arch=sm_90a -v`. Prints each kernel's registers and local memory, and
+ptxas's warnings, such as C7514/C7515 (wgmma products serialized because the code
+touches their accumulators while they are in flight).
 
 The PTX is clang's, not the NVIDIA driver's: register counts differ (the driver's are
 what run), but it reproduced the driver's serialization verdicts on the forward's
@@ -99,6 +100,10 @@ def main():
         ptx = open(f("k.ptx")).read().replace("// CVW ", "")
         ptx = re.sub(r"\.target sm_90\b", ".target sm_90a", ptx)
         ptx = re.sub(r"^\.version \d+\.\d+", ".version 8.0", ptx, flags=re.M)
+        cap = [d.split("=", 1)[1] for d in defs if d.startswith("-DCV_PTX_MAXNREG=")]
+        if cap:  # the loader's register cap: .maxnreg after each kernel's parameters
+            ptx = re.sub(r"^((?:\.visible\s+)?\.entry\s+\w+\s*\([^)]*\))",
+                         lambda m: m.group(1) + "\n.maxnreg " + cap[-1], ptx, flags=re.M)
         open(f("p.ptx"), "w").write(ptx)
         if ptx_out:
             shutil.copy(f("p.ptx"), ptx_out)
