@@ -449,6 +449,12 @@ static clvarlen_status rebuild_patched(clvarlen_context *ctx, const char *file,
 static clvarlen_status build_program(clvarlen_context *ctx, const char *file, const char *options,
                                      cl_program *out)
 {
+    const bool sm90a = strstr(options, CV_SM90A_OPTION) != NULL;
+    const char *cap = strstr(options, CV_PTX_MAXNREG_OPTION);
+    const int maxnreg = cap ? atoi(cap + sizeof CV_PTX_MAXNREG_OPTION - 1) : 0;
+    if (cap && (maxnreg < 16 || maxnreg > 255))
+        return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT,
+                        "%s [%s]: register cap outside 16 .. 255", file, options);
     char *source = NULL;
     size_t size = 0;
     char dir[PATH_MAX];
@@ -484,15 +490,6 @@ static clvarlen_status build_program(clvarlen_context *ctx, const char *file, co
         return st;
     }
     cv_log(ctx, CLVARLEN_LOG_INFO, "compiled %s/%s [%s]", dir, file, options);
-    const bool sm90a = strstr(options, CV_SM90A_OPTION) != NULL;
-    const char *cap = strstr(options, CV_PTX_MAXNREG_OPTION);
-    const int maxnreg = cap ? atoi(cap + sizeof CV_PTX_MAXNREG_OPTION - 1) : 0;
-    if (cap && (maxnreg < 16 || maxnreg > 255)) {
-        free(source);
-        clReleaseProgram(p);
-        return cv_error(ctx, CLVARLEN_ERROR_INVALID_ARGUMENT, "%s [%s]: register cap outside "
-                        "16 .. 255", file, options);
-    }
     if ((sm90a || maxnreg > 0) &&
         (st = rebuild_patched(ctx, file, options, sm90a, maxnreg, &p)) != CLVARLEN_SUCCESS) {
         free(source);
