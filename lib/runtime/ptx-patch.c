@@ -19,6 +19,25 @@ static bool name_char(char c)
     return c == '_' || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
 }
 
+/* i past any blanks (spaces, tabs) at s[i ..]. */
+static size_t skip_blanks(const char *s, size_t n, size_t i)
+{
+    while (i < n && (s[i] == ' ' || s[i] == '\t'))
+        i++;
+    return i;
+}
+
+/* Just past the directive dir (len bytes) when s[i ..], after blanks, begins
+ * with it and no name character follows it; else 0. */
+static size_t directive_at(const char *s, size_t n, size_t i, const char *dir, size_t len)
+{
+    i = skip_blanks(s, n, i);
+    if (n - i < len || memcmp(s + i, dir, len) != 0)
+        return 0;
+    i += len;
+    return i < n && name_char(s[i]) ? 0 : i; /* e.g. .targetx */
+}
+
 /* Where the target name of the first `.target` directive starts, or NULL
  * when there is none or it names neither sm_90 nor sm_90a (*already: it is
  * sm_90a). A directive begins a line, after blanks. */
@@ -28,16 +47,10 @@ static const char *find_target(const char *s, size_t n, bool *already)
     for (size_t i = 0; i < n; i++) {
         if (i > 0 && s[i - 1] != '\n')
             continue;
-        size_t j = i;
-        while (j < n && (s[j] == ' ' || s[j] == '\t'))
-            j++;
-        if (n - j < sizeof dir - 1 || memcmp(s + j, dir, sizeof dir - 1) != 0)
+        size_t j = directive_at(s, n, i, dir, sizeof dir - 1);
+        if (j == 0)
             continue;
-        j += sizeof dir - 1;
-        if (j < n && name_char(s[j]))
-            continue; /* e.g. .targetx */
-        while (j < n && (s[j] == ' ' || s[j] == '\t'))
-            j++;
+        j = skip_blanks(s, n, j);
         size_t e = j;
         while (e < n && name_char(s[e]))
             e++;
@@ -113,22 +126,11 @@ static const char *next_entry(const char *in, size_t n, size_t *i)
     for (; *i < n; (*i)++) {
         if (*i > 0 && in[*i - 1] != '\n')
             continue;
-        size_t j = *i;
-        while (j < n && (in[j] == ' ' || in[j] == '\t'))
-            j++;
-        if (n - j >= sizeof vis - 1 && memcmp(in + j, vis, sizeof vis - 1) == 0 &&
-            j + sizeof vis - 1 < n && !name_char(in[j + sizeof vis - 1])) {
-            j += sizeof vis - 1;
-            while (j < n && (in[j] == ' ' || in[j] == '\t'))
-                j++;
-        }
-        if (n - j < sizeof ent - 1 || memcmp(in + j, ent, sizeof ent - 1) != 0)
+        size_t j = directive_at(in, n, *i, vis, sizeof vis - 1);
+        j = directive_at(in, n, j ? j : *i, ent, sizeof ent - 1);
+        if (j == 0 || j >= n)
             continue;
-        j += sizeof ent - 1;
-        if (j >= n || name_char(in[j]))
-            continue; /* e.g. .entryx */
-        while (j < n && (in[j] == ' ' || in[j] == '\t'))
-            j++;
+        j = skip_blanks(in, n, j);
         while (j < n && (name_char(in[j]) || in[j] == '$' || in[j] == '.'))
             j++; /* the kernel's name */
         size_t k = j;
