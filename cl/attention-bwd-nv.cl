@@ -244,10 +244,11 @@ inline void mma_store2(__global uchar *base, size_t el, float a, float b)
         lo[i] = rg.x;                                                                          \
         hi[i] = rg.y;                                                                          \
         lse2[i] = isfinite(l) ? l * M_LOG2E_F : 0.0f;                                          \
-        dl[i] = r < rows ? delta[(size_t)h * total_q + t] : 0.0f;                              \
+        dl[i] = r < rows ? BWD_DQ_DL(i, t) : 0.0f;                                             \
     }
 
 #ifndef CV_WGMMA
+#define BWD_DQ_DL(i, t) delta[(size_t)h * total_q + (t)]
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1)))
 void attn_bwd_dkdv_mma(BWD_MMA_ARGS, __global uchar *dk, ulong dk_off, long dk_stride,
@@ -608,6 +609,38 @@ void attn_bwd_dq_mma(BWD_MMA_ARGS, __global uchar *dq, ulong dq_off, long dq_str
             WG_RS(32, 4, 0, 1, acc, (vf) + 4 * c_, (Ds) + c_ * BM_KV * 64, 16, 1024, 32, 0, z);   \
     } while (0)
 #endif
+/* BWD_DQ_DELTA 1: the dq kernel computes delta = dot(dO, O) of its rows
+ * (each quad of lanes one row, 16-byte loads, the quad's sums added by two
+ * butterfly shuffles: every lane gets the same bits, deterministic) and
+ * writes it for the dk/dv kernel, which then runs after it: no delta pass. */
+#ifndef BWD_DQ_DELTA
+#define BWD_DQ_DELTA 0
+#endif
+/* BWD_ROT, a mask (1 the dk/dv kernel, 2 the dq kernel): each work-group
+ * starts its loop at its own place, the blocks (tiles) in a rotated order:
+ * a sequence's key tiles (query tiles) then read different query blocks (key
+ * tiles) at a time instead of the same ones. The order of the sums is still
+ * fixed per work-group. */
+#ifndef BWD_ROT
+#define BWD_ROT 0
+#endif
+#if BWD_DQ_DELTA
+#define BWD_DQ_DL(i, t) fdl[i]
+#else
+#define BWD_DQ_DL(i, t) delta[(size_t)h * total_q + (t)]
+#endif
+
+/* dot of eight 16-bit pairs, added to acc in element order. */
+inline float bwd_dot8(uint4 a, uint4 b, float acc)
+{
+    const uint x[4] = {a.x, a.y, a.z, a.w}, y[4] = {b.x, b.y, b.z, b.w};
+    UNROLL
+    for (int j = 0; j < 4; j++) {
+        acc = fma(nv_h2f((ushort)(x[j] & 0xffffu)), nv_h2f((ushort)(y[j] & 0xffffu)), acc);
+        acc = fma(nv_h2f((ushort)(x[j] >> 16)), nv_h2f((ushort)(y[j] >> 16)), acc);
+    }
+    return acc;
+}
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1)))
 void attn_bwd_dkdv_mma(BWD_MMA_ARGS, __global uchar *dk, ulong dk_off, long dk_stride,
@@ -657,8 +690,14 @@ void attn_bwd_dkdv_mma(BWD_MMA_ARGS, __global uchar *dk, ulong dk_off, long dk_s
     const uint zero = (uint)total_q >> 31; /* 0, unknown to the compilers (cl/nv-wgmma.clh) */
 
     /* Block it's query head and first row. */
-#define BLK_HEAD(it) (kvh * group + (it) / n_rb)
-#define BLK_ROW(it) (r_begin + ((it) % n_rb) * BM_KV)
+#if BWD_ROT & 1
+    const int rot = n_it > 0 ? (kb / BN_KV) % n_it : 0;
+#define BLK_AT(it) (((it) + rot) % n_it)
+#else
+#define BLK_AT(it) (it)
+#endif
+#define BLK_HEAD(it) (kvh * group + BLK_AT(it) / n_rb)
+#define BLK_ROW(it) (r_begin + (BLK_AT(it) % n_rb) * BM_KV)
 #define STAGE_BLK(it)                                                                          \
     do {                                                                                       \
         __local ushort *q_ = QBUF((it) % BWD_QBUF);                                            \
@@ -751,6 +790,7 @@ void attn_bwd_dkdv_mma(BWD_MMA_ARGS, __global uchar *dk, ulong dk_off, long dk_s
 #endif
         barrier(CLK_LOCAL_MEM_FENCE);
     }
+#undef BLK_AT
 #undef BLK_HEAD
 #undef BLK_ROW
 #undef STAGE_BLK
@@ -774,7 +814,9 @@ void attn_bwd_dkdv_mma(BWD_MMA_ARGS, __global uchar *dk, ulong dk_off, long dk_s
 }
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1)))
-void attn_bwd_dq_mma(BWD_MMA_ARGS, __global uchar *dq, ulong dq_off, long dq_stride)
+void attn_bwd_dq_mma(BWD_MMA_ARGS, __global uchar *dq, ulong dq_off, long dq_stride,
+                     __global const uchar *o, ulong o_off, long o_stride,
+                     __global float *delta_out, ulong delta_out_off)
 {
     /* Q, dO (BM_Q rows), K, V (BN_Q rows); the key range lives in V's tile
      * until the first V is staged. */
@@ -791,6 +833,32 @@ void attn_bwd_dq_mma(BWD_MMA_ARGS, __global uchar *dq, ulong dq_off, long dq_str
     STAGE_SW_ROWS(Qs, BM_Q, qb, ((long)q0 + row0 + rr_) * q_stride + (long)h * HEAD_DIM, rows);
     STAGE_SW_ROWS(Ds, BM_Q, db, ((long)q0 + row0 + rr_) * do_stride + (long)h * HEAD_DIM, rows);
     cp_async_commit();
+#if BWD_DQ_DELTA
+    /* delta of this lane's rows (warp * 16 + g and + 8), written once per row. */
+    float fdl[2];
+    {
+        __global const uchar *ob = o + o_off;
+        UNROLL
+        for (int i = 0; i < 2; i++) {
+            const int r = warp * 16 + g + 8 * i;
+            const size_t t = (size_t)(q0 + row0 + min(r, rows - 1));
+            float acc = 0.0f;
+            if (r < rows) {
+                UNROLL
+                for (int c = t4; c < CPR; c += 4) {
+                    const size_t e = (size_t)h * HEAD_DIM + c * 8;
+                    acc = bwd_dot8(*(__global const uint4 *)(ob + (t * o_stride + e) * 2),
+                                   *(__global const uint4 *)(db + (t * do_stride + e) * 2), acc);
+                }
+            }
+            acc += shfl_xor(acc, 1);
+            acc += shfl_xor(acc, 2);
+            fdl[i] = acc;
+            if (r < rows && t4 == 0)
+                CV_PTR(float, delta_out, delta_out_off)[(size_t)h * total_q + t] = acc;
+        }
+    }
+#endif
     BWD_DQ_ROWS;
     if (lid == 0) {
         range[0] = INT_MAX;
@@ -810,6 +878,13 @@ void attn_bwd_dq_mma(BWD_MMA_ARGS, __global uchar *dq, ulong dq_off, long dq_str
     const int kmin = range[0], kmax = range[1];
     const int nblocks = kmin <= kmax ? (kmax - kmin) / BN_Q + 1 : 0;
     const uint zero = (uint)total_q >> 31; /* 0, unknown to the compilers (cl/nv-wgmma.clh) */
+    /* Tile b's first key. */
+#if BWD_ROT & 2
+    const int rot = nblocks > 0 ? (row0 / BM_Q) % nblocks : 0;
+#define TILE_KEY(b) (kmin + (((b) + rot) % nblocks) * BN_Q)
+#else
+#define TILE_KEY(b) (kmin + (b) * BN_Q)
+#endif
 
     float4 dqa[NT_D];
     UNROLL
@@ -822,13 +897,13 @@ void attn_bwd_dq_mma(BWD_MMA_ARGS, __global uchar *dq, ulong dq_off, long dq_str
      * overlapping the last tile's S and dQ (V) and the tile's dP (K). */
     barrier(CLK_LOCAL_MEM_FENCE); /* everyone has read the range (V's tile) */
     if (nblocks > 0) {
-        STAGE_KEYS(Vs, kmin, vb, v_stride);
+        STAGE_KEYS(Vs, TILE_KEY(0), vb, v_stride);
         cp_async_commit();
-        STAGE_KEYS(Ks, kmin, kb_, k_stride);
+        STAGE_KEYS(Ks, TILE_KEY(0), kb_, k_stride);
         cp_async_commit();
     }
     for (int blk = 0; blk < nblocks; blk++) {
-        const int kb = kmin + blk * BN_Q;
+        const int kb = TILE_KEY(blk);
         float4 s[BN_Q / 8], dp[BN_Q / 8];
         UNROLL
         for (int n = 0; n < BN_Q / 8; n++)
@@ -840,7 +915,7 @@ void attn_bwd_dq_mma(BWD_MMA_ARGS, __global uchar *dq, ulong dq_off, long dq_str
         WG_SS32_2(dp, Ds, Vs, s, Qs, Ks, BM_Q * 128, BN_Q * 128);
         barrier(CLK_LOCAL_MEM_FENCE); /* V read by everyone */
         if (blk + 1 < nblocks)
-            STAGE_KEYS(Vs, kb + BN_Q, vb, v_stride);
+            STAGE_KEYS(Vs, TILE_KEY(blk + 1), vb, v_stride);
         cp_async_commit();
 #else
         cp_async_wait1(); /* all but this tile's K */
@@ -849,7 +924,7 @@ void attn_bwd_dq_mma(BWD_MMA_ARGS, __global uchar *dq, ulong dq_off, long dq_str
         WG_SS32(dp, Ds, BM_Q * 128, Vs, BN_Q * 128);
         barrier(CLK_LOCAL_MEM_FENCE); /* V read by everyone */
         if (blk + 1 < nblocks)
-            STAGE_KEYS(Vs, kb + BN_Q, vb, v_stride);
+            STAGE_KEYS(Vs, TILE_KEY(blk + 1), vb, v_stride);
         cp_async_commit();
         cp_async_wait1(); /* all but the next V */
         fence_proxy_async();
@@ -874,10 +949,11 @@ void attn_bwd_dq_mma(BWD_MMA_ARGS, __global uchar *dq, ulong dq_off, long dq_str
         WG_RS_D(dqa, da, Ks, BN_Q * 128, zero);
         barrier(CLK_LOCAL_MEM_FENCE); /* K read by everyone */
         if (blk + 1 < nblocks)
-            STAGE_KEYS(Ks, kb + BN_Q, kb_, k_stride);
+            STAGE_KEYS(Ks, TILE_KEY(blk + 1), kb_, k_stride);
         cp_async_commit();
     }
 #undef STAGE_KEYS
+#undef TILE_KEY
     cp_async_wait_all(); /* Q and dO, when no tile ran */
 
     __global uchar *dqb = dq + dq_off;

@@ -42,8 +42,10 @@ static int knob(const char *name, int fallback)
 /* The kernels of a call: file, names, tile sizes, work-group size and options. */
 typedef struct bwd_cfg {
     bool mma, wgmma;
+    bool fused_delta; /* the wgmma dq kernel writes delta (BWD_DQ_DELTA); it runs first */
     int key_tile, query_tile, wg;
     char opts[352];
+    char dq_opts[384]; /* the dq kernel's program: opts, and a register cap if asked */
 } bwd_cfg;
 
 /* The tensor-core kernels need f16/bf16, D = Dv <= 128, no dropout, 16-byte
@@ -84,13 +86,19 @@ static void bwd_config(const clvarlen_context *ctx, const cv_bwd_desc *bd, const
          * ms against 1.96); vreg: V in local memory (in registers: D 64 1.96,
          * the same; D 128 3.14 against 3.00, with two buffers 3.46; D 96
          * 3.52 against 3.38). */
-        char pair[112] = "";
+        char pair[160] = "";
         const int nq = knob("qbuf", 1);
+        /* fdelta: the dq kernel computes delta (it reads O with 16-byte loads,
+         * so O's offset and row stride must be whole 16-byte chunks). */
+        cfg->fused_delta = cfg->wgmma && knob("fdelta", 1) && m->f.o_off % 16 == 0 &&
+                           d->o_stride % 8 == 0;
         if (cfg->wgmma)
             snprintf(pair, sizeof pair,
-                     " -DCV_WGMMA=1 -DBWD_PAIR=%d -DBWD_VREG=%d -DBWD_QBUF_MAX=%d",
+                     " -DCV_WGMMA=1 -DBWD_PAIR=%d -DBWD_VREG=%d -DBWD_QBUF_MAX=%d"
+                     " -DBWD_DQ_DELTA=%d -DBWD_ROT=%d",
                      knob("pair", d->head_dim == 96 ? 0 : 1) & 3, knob("vreg", 0) ? 1 : 0,
-                     nq < 1 ? 1 : nq > 3 ? 3 : nq);
+                     nq < 1 ? 1 : nq > 3 ? 3 : nq, cfg->fused_delta ? 1 : 0,
+                     knob("rot", 0) & 3);
         cfg->key_tile = 16 * MMA_WARPS;
         cfg->query_tile = 16 * MMA_WARPS;
         cfg->wg = 32 * MMA_WARPS;
@@ -103,8 +111,18 @@ static void bwd_config(const clvarlen_context *ctx, const cv_bwd_desc *bd, const
                  d->softcap > 0.0f ? " -DBWD_SOFTCAP=1" : "", pair,
                  nv ? (cfg->wgmma ? " -DCV_NV_PTX=1 " CV_SM90A_OPTION : " -DCV_NV_PTX=1") : "",
                  knob("ex2", 1) ? "" : " -DCV_NV_EX2=0");
+        /* dqnreg=N: the wgmma dq kernel alone capped at N registers (the PTX
+         * patch step's .maxnreg; its own program, since the cap applies to
+         * every kernel of one). */
+        const int cap = cfg->wgmma && nv ? knob("dqnreg", d->head_dim == 128 ? 128 : 0) : 0;
+        if (cap > 0)
+            snprintf(cfg->dq_opts, sizeof cfg->dq_opts, "%s %s%d", cfg->opts,
+                     CV_PTX_MAXNREG_OPTION, cap < 16 ? 16 : cap > 255 ? 255 : cap);
+        else
+            snprintf(cfg->dq_opts, sizeof cfg->dq_opts, "%s", cfg->opts);
         return;
     }
+    cfg->fused_delta = false;
     int maxd = d->head_dim > d->head_dim_v ? d->head_dim : d->head_dim_v;
     int kch = (int)cv_pow2_floor(2048 / maxd);
     if (kch > 32)
@@ -119,6 +137,7 @@ static void bwd_config(const clvarlen_context *ctx, const cv_bwd_desc *bd, const
              (int)d->head_dim, (int)d->head_dim_v, BWD_BM, BWD_BN, BWD_WG, BWD_TX, kch,
              ctx->device.kind == CLVARLEN_DEVICE_OPENCL_CPU ? " -DCV_NO_UNROLL" : "",
              d->drop_p > 0.0f ? " -DCV_DROPOUT=1" : "");
+    snprintf(cfg->dq_opts, sizeof cfg->dq_opts, "%s", cfg->opts);
 }
 
 static clvarlen_status run_worklist(cv_chain *c, cl_kernel kernel, cl_mem cu, size_t cu_off,
@@ -243,6 +262,14 @@ static clvarlen_status run_main(cv_chain *c, const cv_bwd_desc *bd, const cv_bwd
         CV_ARG(a, m->dv);
         CV_ARG(a, o2);
         CV_ARG(a, s2);
+    } else if (cfg->wgmma) { /* O and delta's place, for BWD_DQ_DELTA */
+        cl_ulong oo = m->f.o_off, dl_off = delta_off;
+        cl_long os = d->o_stride;
+        CV_ARG(a, m->f.o);
+        CV_ARG(a, oo);
+        CV_ARG(a, os);
+        CV_ARG(a, tmp);
+        CV_ARG(a, dl_off);
     }
     if (d->drop_p > 0.0f) /* the portable kernels only (bwd_mma_fits) */
         cv_attn_drop_args(&a, d);
@@ -251,6 +278,20 @@ static clvarlen_status run_main(cv_chain *c, const cv_bwd_desc *bd, const cv_bwd
     size_t local = (size_t)cfg->wg;
     size_t global = (size_t)tiles * (size_t)(dq ? d->heads_q : d->heads_kv) * local;
     return cv_chain_run(c, kernel, name, 1, &global, &local);
+}
+
+/* The dq pass: its work list (over cu_seqlens_q), then the kernel. */
+static clvarlen_status run_dq(cv_chain *c, const cv_bwd_desc *bd, const cv_bwd_mem *m,
+                              cl_kernel wlk, cl_kernel kq, cl_mem tmp, size_t delta_off,
+                              int64_t q_tiles, int64_t cap, cl_int q_order, const bwd_cfg *cfg)
+{
+    const cv_attn_desc *d = &bd->a;
+    clvarlen_status st = run_worklist(c, wlk, m->f.cu_q, m->f.cu_q_off, d, d->total_q,
+                                      cfg->query_tile, cap, q_order, tmp);
+    if (st != CLVARLEN_SUCCESS)
+        return st;
+    return run_main(c, bd, m, kq, cfg->mma ? "attn_bwd_dq_mma" : "attn_bwd_dq", true, tmp,
+                    delta_off, q_tiles, cfg);
 }
 
 clvarlen_status cv_attn_cl_backward(cv_chain *c, const char *fn, const cv_bwd_desc *bd,
@@ -281,7 +322,7 @@ clvarlen_status cv_attn_cl_backward(cv_chain *c, const char *fn, const cv_bwd_de
     const char *n_q = cfg.mma ? "attn_bwd_dq_mma" : "attn_bwd_dq";
     cl_kernel wlk = NULL, kd = NULL, kkv = NULL, kq = NULL;
     if (cfg.wgmma && ((st = cv_get_kernel(ctx, file, cfg.opts, n_kv, &kkv)) != CLVARLEN_SUCCESS ||
-                      (st = cv_get_kernel(ctx, file, cfg.opts, n_q, &kq)) != CLVARLEN_SUCCESS)) {
+                      (st = cv_get_kernel(ctx, file, cfg.dq_opts, n_q, &kq)) != CLVARLEN_SUCCESS)) {
         /* A wgmma program the driver does not build: the mma.sync form
          * answers (the error stands when the form is forced). */
         if (cv_attn_wgmma_forced())
@@ -302,7 +343,7 @@ clvarlen_status cv_attn_cl_backward(cv_chain *c, const char *fn, const cv_bwd_de
         (st = cv_get_kernel(ctx, "attention-bwd.cl", dopts, "attn_bwd_delta", &kd)) !=
             CLVARLEN_SUCCESS ||
         (!kkv && (st = cv_get_kernel(ctx, file, cfg.opts, n_kv, &kkv)) != CLVARLEN_SUCCESS) ||
-        (!kq && (st = cv_get_kernel(ctx, file, cfg.opts, n_q, &kq)) != CLVARLEN_SUCCESS))
+        (!kq && (st = cv_get_kernel(ctx, file, cfg.dq_opts, n_q, &kq)) != CLVARLEN_SUCCESS))
         return st;
     const size_t delta_off = ((size_t)wl_ints * 4 + 255) / 256 * 256;
     const size_t delta_bytes = (size_t)d->heads_q * (size_t)d->total_q * 4;
@@ -318,7 +359,13 @@ clvarlen_status cv_attn_cl_backward(cv_chain *c, const char *fn, const cv_bwd_de
     const int lpt = knob("lpt", 3);
     const cl_int q_order = (lpt & 1) ? CV_WL_LONGEST_FIRST : 0;
     const cl_int k_order = q_order | ((lpt & 2) ? CV_WL_FIRST_TILE_FIRST : 0);
-    if (d->total_q > 0 && (passes & 1) &&
+    /* With the delta fused into the dq kernel, dq runs first (pass 1 is then
+     * part of pass 4). */
+    if (cfg.fused_delta && d->total_q > 0 && (passes & 4) &&
+        (st = run_dq(c, bd, m, wlk, kq, tmp, delta_off, q_tiles, cap, q_order, &cfg)) !=
+            CLVARLEN_SUCCESS)
+        return st;
+    if (!cfg.fused_delta && d->total_q > 0 && (passes & 1) &&
         (st = run_delta(c, bd, m, kd, tmp, delta_off)) != CLVARLEN_SUCCESS)
         return st;
     if (d->total_k > 0 && (passes & 2)) {
@@ -328,13 +375,10 @@ clvarlen_status cv_attn_cl_backward(cv_chain *c, const char *fn, const cv_bwd_de
                 CLVARLEN_SUCCESS)
             return st;
     }
-    if (d->total_q > 0 && (passes & 4)) {
-        if ((st = run_worklist(c, wlk, m->f.cu_q, m->f.cu_q_off, d, d->total_q, cfg.query_tile,
-                               cap, q_order, tmp)) != CLVARLEN_SUCCESS ||
-            (st = run_main(c, bd, m, kq, n_q, true, tmp, delta_off, q_tiles, &cfg)) !=
-                CLVARLEN_SUCCESS)
-            return st;
-    }
+    if (!cfg.fused_delta && d->total_q > 0 && (passes & 4) &&
+        (st = run_dq(c, bd, m, wlk, kq, tmp, delta_off, q_tiles, cap, q_order, &cfg)) !=
+            CLVARLEN_SUCCESS)
+        return st;
     return CLVARLEN_SUCCESS;
 }
 
