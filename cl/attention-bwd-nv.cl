@@ -616,13 +616,10 @@ void attn_bwd_dq_mma(BWD_MMA_ARGS, __global uchar *dq, ulong dq_off, long dq_str
 #ifndef BWD_DQ_DELTA
 #define BWD_DQ_DELTA 0
 #endif
-/* BWD_ROT, a mask (1 the dk/dv kernel, 2 the dq kernel): each work-group
- * starts its loop at its own place, the blocks (tiles) in a rotated order:
- * a sequence's key tiles (query tiles) then read different query blocks (key
- * tiles) at a time instead of the same ones. The order of the sums is still
- * fixed per work-group. */
-#ifndef BWD_ROT
-#define BWD_ROT 0
+/* BWD_FSTAGE 1: the dk/dv kernel stages its Q and dO blocks with a fixed,
+ * unrolled count of copies per work-item (STAGE_SW_ROWS_U). */
+#ifndef BWD_FSTAGE
+#define BWD_FSTAGE 0
 #endif
 #if BWD_DQ_DELTA
 #define BWD_DQ_DL(i, t) fdl[i]
@@ -690,24 +687,21 @@ void attn_bwd_dkdv_mma(BWD_MMA_ARGS, __global uchar *dk, ulong dk_off, long dk_s
     const uint zero = (uint)total_q >> 31; /* 0, unknown to the compilers (cl/nv-wgmma.clh) */
 
     /* Block it's query head and first row. */
-#if BWD_ROT & 1
-    const int rot = n_it > 0 ? (kb / BN_KV) % n_it : 0;
-#define BLK_AT(it) (((it) + rot) % n_it)
+#define BLK_HEAD(it) (kvh * group + (it) / n_rb)
+#define BLK_ROW(it) (r_begin + ((it) % n_rb) * BM_KV)
+#if BWD_FSTAGE && (BM_KV * (SW_ROW_ELEMS / 8)) % WG_SIZE == 0
+#define BWD_STAGE_ROWS STAGE_SW_ROWS_U
 #else
-#define BLK_AT(it) (it)
+#define BWD_STAGE_ROWS STAGE_SW_ROWS
 #endif
-#define BLK_HEAD(it) (kvh * group + BLK_AT(it) / n_rb)
-#define BLK_ROW(it) (r_begin + (BLK_AT(it) % n_rb) * BM_KV)
 #define STAGE_BLK(it)                                                                          \
     do {                                                                                       \
         __local ushort *q_ = QBUF((it) % BWD_QBUF);                                            \
-        STAGE_SW_ROWS(q_, BM_KV, qb,                                                           \
-                      ((long)q0 + BLK_ROW(it) + rr_) * q_stride + (long)BLK_HEAD(it) * HEAD_DIM, \
-                      min(BM_KV, lq - BLK_ROW(it)));                                           \
-        STAGE_SW_ROWS(q_ + BM_KV * SW_ROW_ELEMS, BM_KV, db,                                    \
-                      ((long)q0 + BLK_ROW(it) + rr_) * do_stride +                             \
-                          (long)BLK_HEAD(it) * HEAD_DIM,                                       \
-                      min(BM_KV, lq - BLK_ROW(it)));                                           \
+        const long row_ = (long)q0 + BLK_ROW(it), hcol_ = (long)BLK_HEAD(it) * HEAD_DIM;       \
+        const int nr_ = min(BM_KV, lq - BLK_ROW(it));                                          \
+        BWD_STAGE_ROWS(q_, BM_KV, qb, (row_ + rr_) * q_stride + hcol_, nr_);                   \
+        BWD_STAGE_ROWS(q_ + BM_KV * SW_ROW_ELEMS, BM_KV, db, (row_ + rr_) * do_stride + hcol_, \
+                       nr_);                                                                   \
     } while (0)
     /* Commit groups: K (and V), then one per block (its Q and dO), issued
      * BWD_QBUF - 1 blocks ahead into the buffer the block before read. */
@@ -790,10 +784,10 @@ void attn_bwd_dkdv_mma(BWD_MMA_ARGS, __global uchar *dk, ulong dk_off, long dk_s
 #endif
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-#undef BLK_AT
 #undef BLK_HEAD
 #undef BLK_ROW
 #undef STAGE_BLK
+#undef BWD_STAGE_ROWS
 #undef QBUF
     cp_async_wait_all(); /* K and V, when no block ran */
 
@@ -878,13 +872,6 @@ void attn_bwd_dq_mma(BWD_MMA_ARGS, __global uchar *dq, ulong dq_off, long dq_str
     const int kmin = range[0], kmax = range[1];
     const int nblocks = kmin <= kmax ? (kmax - kmin) / BN_Q + 1 : 0;
     const uint zero = (uint)total_q >> 31; /* 0, unknown to the compilers (cl/nv-wgmma.clh) */
-    /* Tile b's first key. */
-#if BWD_ROT & 2
-    const int rot = nblocks > 0 ? (row0 / BM_Q) % nblocks : 0;
-#define TILE_KEY(b) (kmin + (((b) + rot) % nblocks) * BN_Q)
-#else
-#define TILE_KEY(b) (kmin + (b) * BN_Q)
-#endif
 
     float4 dqa[NT_D];
     UNROLL
@@ -897,13 +884,13 @@ void attn_bwd_dq_mma(BWD_MMA_ARGS, __global uchar *dq, ulong dq_off, long dq_str
      * overlapping the last tile's S and dQ (V) and the tile's dP (K). */
     barrier(CLK_LOCAL_MEM_FENCE); /* everyone has read the range (V's tile) */
     if (nblocks > 0) {
-        STAGE_KEYS(Vs, TILE_KEY(0), vb, v_stride);
+        STAGE_KEYS(Vs, kmin, vb, v_stride);
         cp_async_commit();
-        STAGE_KEYS(Ks, TILE_KEY(0), kb_, k_stride);
+        STAGE_KEYS(Ks, kmin, kb_, k_stride);
         cp_async_commit();
     }
     for (int blk = 0; blk < nblocks; blk++) {
-        const int kb = TILE_KEY(blk);
+        const int kb = kmin + blk * BN_Q;
         float4 s[BN_Q / 8], dp[BN_Q / 8];
         UNROLL
         for (int n = 0; n < BN_Q / 8; n++)
@@ -915,7 +902,7 @@ void attn_bwd_dq_mma(BWD_MMA_ARGS, __global uchar *dq, ulong dq_off, long dq_str
         WG_SS32_2(dp, Ds, Vs, s, Qs, Ks, BM_Q * 128, BN_Q * 128);
         barrier(CLK_LOCAL_MEM_FENCE); /* V read by everyone */
         if (blk + 1 < nblocks)
-            STAGE_KEYS(Vs, TILE_KEY(blk + 1), vb, v_stride);
+            STAGE_KEYS(Vs, kb + BN_Q, vb, v_stride);
         cp_async_commit();
 #else
         cp_async_wait1(); /* all but this tile's K */
@@ -924,7 +911,7 @@ void attn_bwd_dq_mma(BWD_MMA_ARGS, __global uchar *dq, ulong dq_off, long dq_str
         WG_SS32(dp, Ds, BM_Q * 128, Vs, BN_Q * 128);
         barrier(CLK_LOCAL_MEM_FENCE); /* V read by everyone */
         if (blk + 1 < nblocks)
-            STAGE_KEYS(Vs, TILE_KEY(blk + 1), vb, v_stride);
+            STAGE_KEYS(Vs, kb + BN_Q, vb, v_stride);
         cp_async_commit();
         cp_async_wait1(); /* all but the next V */
         fence_proxy_async();
@@ -949,11 +936,10 @@ void attn_bwd_dq_mma(BWD_MMA_ARGS, __global uchar *dq, ulong dq_off, long dq_str
         WG_RS_D(dqa, da, Ks, BN_Q * 128, zero);
         barrier(CLK_LOCAL_MEM_FENCE); /* K read by everyone */
         if (blk + 1 < nblocks)
-            STAGE_KEYS(Ks, TILE_KEY(blk + 1), kb_, k_stride);
+            STAGE_KEYS(Ks, kb + BN_Q, kb_, k_stride);
         cp_async_commit();
     }
 #undef STAGE_KEYS
-#undef TILE_KEY
     cp_async_wait_all(); /* Q and dO, when no tile ran */
 
     __global uchar *dqb = dq + dq_off;

@@ -736,6 +736,13 @@ START_TEST(test_bwd_wgmma_emulated)
     c.g_pad = 8;
     c.grad_f32 = 0;
     run_bwd_seeds(ctx, c, 1, "wgmma f16 mqa q_pos strides d 128");
+    /* O's rows not whole 16-byte chunks: delta by its own pass, not the dq
+     * kernel (BWD_DQ_DELTA), and dq after dk/dv */
+    c.a.o_pad = 4;
+    c.do_pad = 8;
+    run_bwd_seeds(ctx, c, 1, "wgmma o stride: delta pass");
+    c.a.o_pad = 0;
+    c.do_pad = 0;
     c = bwd_base(); /* head dim 96: the second 64-column block half used */
     c.a.dtype = CLVARLEN_DTYPE_BF16;
     c.a.d = c.a.dv = 96;
@@ -748,8 +755,9 @@ START_TEST(test_bwd_wgmma_emulated)
     run_bwd_seeds(ctx, c, 1, "wgmma bf16 d 96 gqa causal");
     clvarlen_context_destroy(ctx);
     /* the other staging orders: dq's products paired, and dk/dv's paired at
-     * D 96 (one at a time by default there), one at a time at D 64 */
-    setenv("CLVARLEN_ATTN_BWD_TUNING", "pair=2", 1);
+     * D 96 (one at a time by default there), one at a time at D 64; delta by
+     * its own pass (fdelta=0) with the latter */
+    setenv("CLVARLEN_ATTN_BWD_TUNING", "pair=2,fdelta=0", 1);
     ctx = tu_cl_context();
     c = bwd_base();
     c.a.dtype = CLVARLEN_DTYPE_BF16;
@@ -760,7 +768,7 @@ START_TEST(test_bwd_wgmma_emulated)
     c.a.max_len = 150;
     c.a.max_total = 300;
     c.a.causal = 1;
-    run_bwd_seeds(ctx, c, 1, "wgmma pair=2 causal");
+    run_bwd_seeds(ctx, c, 1, "wgmma pair=2 fdelta=0 causal");
     c.a.d = c.a.dv = 96;
     c.a.causal = 0;
     c.a.max_n = 2;

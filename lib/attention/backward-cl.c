@@ -1,9 +1,12 @@
 /* Varlen attention backward on OpenCL (SPEC 1.2): the launchers of
- * cl/attention-bwd.cl. Three passes on one chain: delta = dot(do, o) per row,
- * then dk and dv per (key tile, KV head), then dq per (query tile, query
- * head). The work lists come from attn_worklist (cl/attention.cl) built on the
- * device from cu_seqlens_k, then cu_seqlens_q, in the same region of the
- * context's temporary buffer (the chain runs in order); delta follows them.
+ * cl/attention-bwd.cl and cl/attention-bwd-nv.cl. Three passes on one chain:
+ * delta = dot(do, o) per row, then dk and dv per (key tile, KV head), then dq
+ * per (query tile, query head). The wgmma form (Hopper) computes delta in
+ * its dq kernel instead, so there dq runs first and dk/dv after it. The work
+ * lists come from attn_worklist (cl/attention.cl) built on the device from
+ * cu_seqlens_k or cu_seqlens_q, each just before its pass, in the same region
+ * of the context's temporary buffer (the chain runs in order); delta follows
+ * them.
  */
 #include "attention/attention-cl.h"
 
@@ -28,10 +31,13 @@
 /* CLVARLEN_ATTN_BWD_TUNING="name=N,..." (benchmarks): bnq (the dq kernel's keys
  * per tile, 16 or 32), stage2 (1: the dk/dv kernel's 16-row double-buffered
  * form) and pass (a mask of the passes that run: 1 delta, 2 dk/dv,
- * 4 dq; anything but 7 gives wrong gradients, for timing one pass); for the
- * wgmma form (cl/attention-bwd-nv.cl -DCV_WGMMA, the default on Hopper)
- * wgmma (0: mma.sync; 1: wgmma), pair (BWD_PAIR there), vreg (BWD_VREG),
- * qbuf (BWD_QBUF_MAX, clamped to 1 .. 3); lpt (the work lists' order, below).
+ * 4 dq, which with a fused delta includes pass 1; anything but 7 gives wrong
+ * gradients, for timing one pass); for the wgmma form (cl/attention-bwd-nv.cl
+ * -DCV_WGMMA, the default on Hopper) wgmma (0: mma.sync; 1: wgmma), pair
+ * (BWD_PAIR there), vreg (BWD_VREG), qbuf (BWD_QBUF_MAX, clamped to 1 .. 3),
+ * fdelta (BWD_DQ_DELTA: delta in the dq kernel, default 1), dqnreg (the dq
+ * kernel's register cap on NVIDIA, 0 none; default 128 at D 128); lpt (the
+ * work lists' order, below).
  * (A maxreg knob passing -cl-nv-maxrregcount was removed: NVIDIA's driver
  * accepts the option and ignores it, docs/PERFORMANCE.md.) */
 static int knob(const char *name, int fallback)
@@ -86,19 +92,21 @@ static void bwd_config(const clvarlen_context *ctx, const cv_bwd_desc *bd, const
          * ms against 1.96); vreg: V in local memory (in registers: D 64 1.96,
          * the same; D 128 3.14 against 3.00, with two buffers 3.46; D 96
          * 3.52 against 3.38). */
-        char pair[160] = "";
+        char pair[112] = "";
         const int nq = knob("qbuf", 1);
         /* fdelta: the dq kernel computes delta (it reads O with 16-byte loads,
-         * so O's offset and row stride must be whole 16-byte chunks). */
+         * so O's offset and row stride must be whole 16-byte chunks), which
+         * saves the delta pass (H200, bf16 D 128, 16 x 16384, backward: 4.57-
+         * 4.59 ms against 4.70-4.74; D 64 and 96 1-2%). */
         cfg->fused_delta = cfg->wgmma && knob("fdelta", 1) && m->f.o_off % 16 == 0 &&
                            d->o_stride % 8 == 0;
         if (cfg->wgmma)
             snprintf(pair, sizeof pair,
                      " -DCV_WGMMA=1 -DBWD_PAIR=%d -DBWD_VREG=%d -DBWD_QBUF_MAX=%d"
-                     " -DBWD_DQ_DELTA=%d -DBWD_ROT=%d",
+                     " -DBWD_DQ_DELTA=%d -DBWD_FSTAGE=%d",
                      knob("pair", d->head_dim == 96 ? 0 : 1) & 3, knob("vreg", 0) ? 1 : 0,
                      nq < 1 ? 1 : nq > 3 ? 3 : nq, cfg->fused_delta ? 1 : 0,
-                     knob("rot", 0) & 3);
+                     knob("fstage", 1) ? 1 : 0);
         cfg->key_tile = 16 * MMA_WARPS;
         cfg->query_tile = 16 * MMA_WARPS;
         cfg->wg = 32 * MMA_WARPS;
@@ -113,7 +121,9 @@ static void bwd_config(const clvarlen_context *ctx, const cv_bwd_desc *bd, const
                  knob("ex2", 1) ? "" : " -DCV_NV_EX2=0");
         /* dqnreg=N: the wgmma dq kernel alone capped at N registers (the PTX
          * patch step's .maxnreg; its own program, since the cap applies to
-         * every kernel of one). */
+         * every kernel of one). At D 128 the driver gives it 138, so three
+         * work-groups fit an SM; at 128 (no spills) four do (H200, 16 x
+         * 16384, the dq pass: 1.63-1.67 ms against 1.70-1.75). */
         const int cap = cfg->wgmma && nv ? knob("dqnreg", d->head_dim == 128 ? 128 : 0) : 0;
         if (cap > 0)
             snprintf(cfg->dq_opts, sizeof cfg->dq_opts, "%s %s%d", cfg->opts,
@@ -340,8 +350,9 @@ clvarlen_status cv_attn_cl_backward(cv_chain *c, const char *fn, const cv_bwd_de
     snprintf(dopts, sizeof dopts, "%s%s", pcfg.opts, cfg.mma ? " -DDELTA_TREE=1" : "");
     if ((st = cv_get_kernel(ctx, "attention.cl", "-DCV_ATTN_AUX", "attn_worklist", &wlk)) !=
             CLVARLEN_SUCCESS ||
-        (st = cv_get_kernel(ctx, "attention-bwd.cl", dopts, "attn_bwd_delta", &kd)) !=
-            CLVARLEN_SUCCESS ||
+        (!cfg.fused_delta &&
+         (st = cv_get_kernel(ctx, "attention-bwd.cl", dopts, "attn_bwd_delta", &kd)) !=
+             CLVARLEN_SUCCESS) ||
         (!kkv && (st = cv_get_kernel(ctx, file, cfg.opts, n_kv, &kkv)) != CLVARLEN_SUCCESS) ||
         (!kq && (st = cv_get_kernel(ctx, file, cfg.dq_opts, n_q, &kq)) != CLVARLEN_SUCCESS))
         return st;
