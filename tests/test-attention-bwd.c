@@ -756,8 +756,9 @@ START_TEST(test_bwd_wgmma_emulated)
     clvarlen_context_destroy(ctx);
     /* the other staging orders: dq's products paired, and dk/dv's paired at
      * D 96 (one at a time by default there), one at a time at D 64; delta by
-     * its own pass (fdelta=0) with the latter */
-    setenv("CLVARLEN_ATTN_BWD_TUNING", "pair=2,fdelta=0", 1);
+     * its own pass (fdelta=0) and dk/dv's general staging loop (fstage=0)
+     * with the latter */
+    setenv("CLVARLEN_ATTN_BWD_TUNING", "pair=2,fdelta=0,fstage=0", 1);
     ctx = tu_cl_context();
     c = bwd_base();
     c.a.dtype = CLVARLEN_DTYPE_BF16;
@@ -768,7 +769,7 @@ START_TEST(test_bwd_wgmma_emulated)
     c.a.max_len = 150;
     c.a.max_total = 300;
     c.a.causal = 1;
-    run_bwd_seeds(ctx, c, 1, "wgmma pair=2 fdelta=0 causal");
+    run_bwd_seeds(ctx, c, 1, "wgmma pair=2 fdelta=0 fstage=0 causal");
     c.a.d = c.a.dv = 96;
     c.a.causal = 0;
     c.a.max_n = 2;

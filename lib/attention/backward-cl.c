@@ -36,8 +36,9 @@
  * -DCV_WGMMA, the default on Hopper) wgmma (0: mma.sync; 1: wgmma), pair
  * (BWD_PAIR there), vreg (BWD_VREG), qbuf (BWD_QBUF_MAX, clamped to 1 .. 3),
  * fdelta (BWD_DQ_DELTA: delta in the dq kernel, default 1), dqnreg (the dq
- * kernel's register cap on NVIDIA, 0 none; default 128 at D 128); lpt (the
- * work lists' order, below).
+ * kernel's register cap on NVIDIA, 0 none; default 128 at D 128), fstage
+ * (BWD_FSTAGE: dk/dv's fixed-count staging, default 1); lpt (the work lists'
+ * order, below).
  * (A maxreg knob passing -cl-nv-maxrregcount was removed: NVIDIA's driver
  * accepts the option and ignores it, docs/PERFORMANCE.md.) */
 static int knob(const char *name, int fallback)

@@ -1,8 +1,9 @@
 /* oclgrind-cases: the attention backward (SPEC 1.2) on tiny shapes; see
  * oclgrind-cases.c for the harness. Three sequences (5, 0 and 3 queries over
  * 4, 2 and 6 keys), o and lse from the CPU fallback's forward, dq, dk and dv
- * of the device compared with the CPU fallback's. BW_MMA runs the NVIDIA
- * tensor-core kernels in their emulated form.
+ * of the device compared with the CPU fallback's. BW_MMA and BW_WGMMA run the
+ * NVIDIA tensor-core kernels in their emulated forms (BW_WGMMA: the Hopper
+ * form, whose dq kernel computes delta).
  */
 #include "oclgrind-cases.h"
 
@@ -16,6 +17,7 @@ enum {
     BW_QPOS = 8,   /* q_pos */
     BW_CLMEM = 16, /* the cl_mem entry point (device checks on) */
     BW_F32G = 32,  /* f32 gradients */
+    BW_WGMMA = 64, /* CLVARLEN_ATTENTION_KERNEL=wgmma (head dims 64, 96, 128) */
 };
 
 #define BW_N 3
@@ -121,8 +123,8 @@ static int case_bwd(oc_run *r, const oc_case *c)
     if (bwd_setup(r, c, &b))
         goto out;
     const int32_t *qp = c->c & BW_QPOS ? b.qpos : NULL;
-    if (c->c & BW_MMA)
-        setenv("CLVARLEN_ATTENTION_KERNEL", "mma", 1);
+    if (c->c & (BW_MMA | BW_WGMMA))
+        setenv("CLVARLEN_ATTENTION_KERNEL", c->c & BW_WGMMA ? "wgmma" : "mma", 1);
     clvarlen_status st[2];
     if (c->c & BW_CLMEM)
         st[0] = bwd_clmem(r, &b, qp);
@@ -158,5 +160,6 @@ const oc_case oc_bwd_cases[] = {
     {"attn-bwd-f16-d32-f32grad", case_bwd, F16, 32, BW_F32G},
     {"attn-bwd-mma-bf16-d16-causal", case_bwd, BF16, 16, BW_MMA | BW_CAUSAL},
     {"attn-bwd-mma-f16-d16-qpos-clmem", case_bwd, F16, 16, BW_MMA | BW_QPOS | BW_CLMEM},
+    {"attn-bwd-wgmma-bf16-d64-causal", case_bwd, BF16, 64, BW_WGMMA | BW_CAUSAL},
     {NULL, NULL, 0, 0, 0},
 };
