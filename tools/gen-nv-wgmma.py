@@ -247,6 +247,24 @@ inline void emu_wg_ss(float4 *acc, int n8, int ksteps, __local const ushort *qa,
                            (base) + sel_ * 2, sok_ ? 16 : 0);                                   \
         }                                                                                       \
     } while (0)
+/* STAGE_SW_ROWS for a tile whose chunks split evenly over the work-group
+ * (ROWS * SW_ROW_ELEMS / 8 a multiple of WG_SIZE): a fixed, unrolled count per
+ * work-item, so each one's rows, columns and local addresses are constants
+ * that stay out of the caller's loop, and ELEXPR is evaluated once per row. */
+#define STAGE_SW_ROWS_U(dst, ROWS, base, ELEXPR, nrows)                                         \
+    do {                                                                                        \
+        UNROLL                                                                                  \
+        for (int sj_ = 0; sj_ < (ROWS) * (SW_ROW_ELEMS / 8) / WG_SIZE; sj_++) {                 \
+            const int se_ = lid + sj_ * WG_SIZE;                                                \
+            const int sc_ = se_ & 7, sr_ = (se_ >> 3) % (ROWS), sh_ = (se_ >> 3) / (ROWS);      \
+            const bool sok_ = sr_ < (nrows);                                                    \
+            const int rr_ = sok_ ? sr_ : 0;                                                     \
+            const size_t sel_ = (size_t)(ELEXPR) + (size_t)(sh_ * 64 + sc_ * 8);                \
+            if (CPR % 8 == 0 || sh_ * 8 + sc_ < CPR)                                            \
+                cp_async16((dst) + sh_ * ((ROWS) * 64) + sr_ * 64 + ((sc_ ^ (sr_ & 7)) << 3),   \
+                           (base) + sel_ * 2, sok_ ? 16 : 0);                                   \
+        }                                                                                       \
+    } while (0)
 """
 
 

@@ -293,16 +293,16 @@ static clvarlen_status run_main(cv_chain *c, const cv_bwd_desc *bd, const cv_bwd
 
 /* The dq pass: its work list (over cu_seqlens_q), then the kernel. */
 static clvarlen_status run_dq(cv_chain *c, const cv_bwd_desc *bd, const cv_bwd_mem *m,
-                              cl_kernel wlk, cl_kernel kq, cl_mem tmp, size_t delta_off,
-                              int64_t q_tiles, int64_t cap, cl_int q_order, const bwd_cfg *cfg)
+                              cl_kernel wlk, cl_kernel kq, const char *name, cl_mem tmp,
+                              size_t delta_off, int64_t q_tiles, int64_t cap, cl_int q_order,
+                              const bwd_cfg *cfg)
 {
     const cv_attn_desc *d = &bd->a;
     clvarlen_status st = run_worklist(c, wlk, m->f.cu_q, m->f.cu_q_off, d, d->total_q,
                                       cfg->query_tile, cap, q_order, tmp);
     if (st != CLVARLEN_SUCCESS)
         return st;
-    return run_main(c, bd, m, kq, cfg->mma ? "attn_bwd_dq_mma" : "attn_bwd_dq", true, tmp,
-                    delta_off, q_tiles, cfg);
+    return run_main(c, bd, m, kq, name, true, tmp, delta_off, q_tiles, cfg);
 }
 
 clvarlen_status cv_attn_cl_backward(cv_chain *c, const char *fn, const cv_bwd_desc *bd,
@@ -374,7 +374,7 @@ clvarlen_status cv_attn_cl_backward(cv_chain *c, const char *fn, const cv_bwd_de
     /* With the delta fused into the dq kernel, dq runs first (pass 1 is then
      * part of pass 4). */
     if (cfg.fused_delta && d->total_q > 0 && (passes & 4) &&
-        (st = run_dq(c, bd, m, wlk, kq, tmp, delta_off, q_tiles, cap, q_order, &cfg)) !=
+        (st = run_dq(c, bd, m, wlk, kq, n_q, tmp, delta_off, q_tiles, cap, q_order, &cfg)) !=
             CLVARLEN_SUCCESS)
         return st;
     if (!cfg.fused_delta && d->total_q > 0 && (passes & 1) &&
@@ -388,7 +388,7 @@ clvarlen_status cv_attn_cl_backward(cv_chain *c, const char *fn, const cv_bwd_de
             return st;
     }
     if (!cfg.fused_delta && d->total_q > 0 && (passes & 4) &&
-        (st = run_dq(c, bd, m, wlk, kq, tmp, delta_off, q_tiles, cap, q_order, &cfg)) !=
+        (st = run_dq(c, bd, m, wlk, kq, n_q, tmp, delta_off, q_tiles, cap, q_order, &cfg)) !=
             CLVARLEN_SUCCESS)
         return st;
     return CLVARLEN_SUCCESS;
