@@ -235,17 +235,22 @@ inline void emu_wg_ss(float4 *acc, int n8, int ksteps, __local const ushort *qa,
  * the caller commits. Its own names end in an underscore (ELEXPR sees rr_):
  * keep a caller's out of that form. */
 #define SW_ROW_ELEMS ((CPR + 7) / 8 * 64)
+/* Chunk se_ of the tile (row sr_, column block sh_, 16-byte chunk sc_ of that
+ * block's row): the body both staging loops below run. */
+#define SW_STAGE_CHUNK(dst, ROWS, base, ELEXPR, nrows)                                          \
+    do {                                                                                        \
+        const int sc_ = se_ & 7, sr_ = (se_ >> 3) % (ROWS), sh_ = (se_ >> 3) / (ROWS);          \
+        const bool sok_ = sr_ < (nrows);                                                        \
+        const int rr_ = sok_ ? sr_ : 0;                                                         \
+        const size_t sel_ = (size_t)(ELEXPR) + (size_t)(sh_ * 64 + sc_ * 8);                    \
+        if (CPR % 8 == 0 || sh_ * 8 + sc_ < CPR)                                                \
+            cp_async16((dst) + sh_ * ((ROWS) * 64) + sr_ * 64 + ((sc_ ^ (sr_ & 7)) << 3),       \
+                       (base) + sel_ * 2, sok_ ? 16 : 0);                                       \
+    } while (0)
 #define STAGE_SW_ROWS(dst, ROWS, base, ELEXPR, nrows)                                           \
     do {                                                                                        \
-        for (int se_ = lid; se_ < (ROWS) * (SW_ROW_ELEMS / 8); se_ += WG_SIZE) {                \
-            const int sc_ = se_ & 7, sr_ = (se_ >> 3) % (ROWS), sh_ = (se_ >> 3) / (ROWS);      \
-            const bool sok_ = sr_ < (nrows);                                                    \
-            const int rr_ = sok_ ? sr_ : 0;                                                     \
-            const size_t sel_ = (size_t)(ELEXPR) + (size_t)(sh_ * 64 + sc_ * 8);                \
-            if (CPR % 8 == 0 || sh_ * 8 + sc_ < CPR)                                            \
-                cp_async16((dst) + sh_ * ((ROWS) * 64) + sr_ * 64 + ((sc_ ^ (sr_ & 7)) << 3),   \
-                           (base) + sel_ * 2, sok_ ? 16 : 0);                                   \
-        }                                                                                       \
+        for (int se_ = lid; se_ < (ROWS) * (SW_ROW_ELEMS / 8); se_ += WG_SIZE)                  \
+            SW_STAGE_CHUNK(dst, ROWS, base, ELEXPR, nrows);                                     \
     } while (0)
 /* STAGE_SW_ROWS for a tile whose chunks split evenly over the work-group
  * (ROWS * SW_ROW_ELEMS / 8 a multiple of WG_SIZE): a fixed, unrolled count per
@@ -256,13 +261,7 @@ inline void emu_wg_ss(float4 *acc, int n8, int ksteps, __local const ushort *qa,
         UNROLL                                                                                  \
         for (int sj_ = 0; sj_ < (ROWS) * (SW_ROW_ELEMS / 8) / WG_SIZE; sj_++) {                 \
             const int se_ = lid + sj_ * WG_SIZE;                                                \
-            const int sc_ = se_ & 7, sr_ = (se_ >> 3) % (ROWS), sh_ = (se_ >> 3) / (ROWS);      \
-            const bool sok_ = sr_ < (nrows);                                                    \
-            const int rr_ = sok_ ? sr_ : 0;                                                     \
-            const size_t sel_ = (size_t)(ELEXPR) + (size_t)(sh_ * 64 + sc_ * 8);                \
-            if (CPR % 8 == 0 || sh_ * 8 + sc_ < CPR)                                            \
-                cp_async16((dst) + sh_ * ((ROWS) * 64) + sr_ * 64 + ((sc_ ^ (sr_ & 7)) << 3),   \
-                           (base) + sel_ * 2, sok_ ? 16 : 0);                                   \
+            SW_STAGE_CHUNK(dst, ROWS, base, ELEXPR, nrows);                                     \
         }                                                                                       \
     } while (0)
 """
