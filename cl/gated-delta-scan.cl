@@ -61,6 +61,12 @@
 #ifndef CV_GDN_SPRE
 #define CV_GDN_SPRE 0
 #endif
+/* CV_GDN_L2PRE: the next chunk's k, q and v rows and its scratch asked into L2
+ * (prefetch.global.L2, one per 128-byte line) as this chunk starts, so that
+ * its staging waits for L2 rather than DRAM. */
+#ifndef CV_GDN_L2PRE
+#define CV_GDN_L2PRE 0
+#endif
 /* The wgmma form's q rows loaded into registers after X^T, while v, Y and D go
  * on, and stored to local memory once T is read (CV_GDN_QREG), instead of
  * copied there after D and waited for. */
@@ -240,6 +246,37 @@ inline void sc_dw(float4 d0, float4 d1, int kb, __local const float *rows_l, uin
     const float2 w0 = vload2(0, rows_l + 2 * GC + r0), w1 = vload2(0, rows_l + 2 * GC + r0 + 8);
     sc_afrag(d0 * (float4)(w0.x, w0.y, w0.x, w0.y), d1 * (float4)(w1.x, w1.y, w1.x, w1.y), ah,
              al);
+}
+
+/* A 128-byte line of global memory into L2 (a hint: nothing elsewhere). */
+inline void sc_l2(__global const void *p)
+{
+#ifdef CV_NV_PTX
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#else
+    (void)p;
+#endif
+}
+
+/* The lines the scan stages for a chunk, spread over the work-group: rows c0 ..
+ * c0 + nr - 1 from the k, q and v row pointers (a key head's K columns; the
+ * group's `vcols` value columns), and the chunk's scratch sp. */
+inline void sc_l2_chunk(__global const ushort *k, long k_stride, __global const ushort *q,
+                        long q_stride, __global const ushort *v, long v_stride, int vcols,
+                        long c0, int nr, __global const float *sp)
+{
+    const int lid = get_local_id(0);
+    const int kl = (CV_K * 2 + 127) / 128, vl = (vcols * 2 + 127) / 128;
+    for (int e = lid; e < nr * kl; e += WG_SIZE) {
+        const long r = c0 + e / kl;
+        const int col = (e % kl) * 64;
+        sc_l2(k + r * k_stride + col);
+        sc_l2(q + r * q_stride + col);
+    }
+    for (int e = lid; e < nr * vl; e += WG_SIZE)
+        sc_l2(v + (c0 + e / vl) * v_stride + (e % vl) * 64);
+    for (int e = lid; e < (GDN_SCR_FLOATS * 4 + 127) / 128; e += WG_SIZE)
+        sc_l2(sp + 32 * e);
 }
 
 #ifdef CV_GDN_WG
@@ -449,6 +486,16 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
         for (int e = lid; e < 32 * 32; e += WG_SIZE)
             if (SC_TILE_USED(e >> 7, (e >> 5) & 3))
                 Tl[e] = ((__global const uint4 *)sp)[e];
+#endif
+#if CV_GDN_L2PRE
+        if (c0 + GC < eos) {
+            const long an = at + 1 < n_slots ? at + 1 : 0;
+            const int v0 = vt * 16 * CV_SW;
+            sc_l2_chunk(kh, k_stride, qh, q_stride,
+                        (__global const ushort *)vb + c0 * v_stride + (long)h * CV_V + v0, v_stride,
+                        min(16 * CV_SW, CV_V - v0), GC, (int)min((long)GC, eos - c0 - GC),
+                        scr + (an * hcount + (h - h0)) * (long)GDN_SCR_FLOATS);
+        }
 #endif
         for (int e = lid; e < GDN_SCR_ROWS_N; e += WG_SIZE)
             rows_l[e] = sp[GDN_SCR_ROWS + e];

@@ -24,7 +24,8 @@ typedef struct gdn_tiles {
     int scan, sw;      /* ... as two stages (gdn_chunk_prep, gdn_chunk_scan; 0: the fused
                         * gdn_chunked_mma), the scan's warps per group */
     int wgmma;         /* ... the scan on wgmma (CV_GDN_WG; sm_90a, else emulated) */
-    int wgpre;         /* ... its prefetches: bit 0 CV_GDN_VPRE, bit 1 CV_GDN_SPRE */
+    int wgpre;         /* ... its prefetches: bit 0 CV_GDN_VPRE, bit 1 CV_GDN_SPRE (wgmma
+                        * form), bit 2 CV_GDN_L2PRE (NVIDIA, both forms) */
     int wgforce;       /* ... forced by the tuning (wgmma=1) */
     int wgbad;         /* ... its check made to fail (tests of the fallback) */
     int hper;          /* ... the first stage's value heads per work-group (at most) */
@@ -125,11 +126,13 @@ static size_t gdn_chunk_local_bytes(int K, int cvt, int ks)
  * "scr=N" caps the two stages' scratch at N KiB (heads go in smaller groups),
  * "wgmma=0/1" turns the scan's wgmma form off or on (on: emulated off Hopper;
  * 2: on but not forced, as the default on Hopper: a failed check falls back),
- * "wgpre=N" its prefetches (bit 0: v before X^T, bit 1: the next chunk's T and P;
- * default 0: on an H200 neither was faster), "wgbad=1" makes the form's check fail
- * (tests), "hper=N" the first stage's value heads per work-group (those of one key
- * head; default GDN_PREP_HEADS), "preg=N" caps the first stage at N registers on
- * NVIDIA through the loader's PTX patch step (0: no cap; default GDN_PREP_NREG),
+ * "wgpre=N" the scan's prefetches (wgmma form: bit 0 v before X^T, bit 1 the next
+ * chunk's T and P, neither faster on an H200; both forms on NVIDIA: bit 2, the
+ * default, the next chunk's rows and scratch asked into L2, 3-7% faster on an H200:
+ * docs/PERFORMANCE.md), "wgbad=1" makes the form's check fail (tests), "hper=N"
+ * the first stage's value heads per work-group (those of one key head; default
+ * GDN_PREP_HEADS), "preg=N" caps the first stage at N registers on NVIDIA
+ * through the loader's PTX patch step (0: no cap; default GDN_PREP_NREG),
  * "vec=0" keeps the token kernel's scalar state loads, "pre=0" drops its
  * next-token prefetch, "blas=0" runs the portable chunked path as one fused
  * kernel instead of CLBlast's products and the kernels around them. */
@@ -180,7 +183,7 @@ static void gdn_tuning_override(int *wg, int *vt, int *tk, int *cwg, int *cvt, i
         else if (!strcmp(key, "wgmma"))
             *wgmma = (int)CV_MIN(CV_MAX(val, 0), 2);
         else if (!strcmp(key, "wgpre"))
-            *wgpre = (int)val & 3;
+            *wgpre = (int)val & 7;
         else if (!strcmp(key, "wgbad"))
             *wgbad = val != 0;
         else if (!strcmp(key, "hper"))
@@ -247,7 +250,7 @@ static void gdn_resolve_tiles(const clvarlen_context *ctx, const cv_gdn_problem 
      * 0.91 / 2.95 / 5.95 ms on the bench's four prefill batches, against 1.50 /
      * 0.95 / 3.31 / 6.29 with 4 warps and 2.43 / 1.70 / 4.87 / - fused */
     int mma = -1, mvt = 32, split = 1, scan = 1, sw = 8, only = 0;
-    int wgmma = -1, wgpre = 0, wgbad = 0, hper = GDN_PREP_HEADS, preg = GDN_PREP_NREG;
+    int wgmma = -1, wgpre = 4, wgbad = 0, hper = GDN_PREP_HEADS, preg = GDN_PREP_NREG;
     long long scr_kib = 0;
     int vec4 = 1, pre = !tu->gdn_no_prefetch, blas = tu->gdn_chunk_blas;
     gdn_tuning_override(&wg, &vt, &tk, &cwg, &cvt, &cmin, &mma, &mvt, &split, &scan, &sw, &only,
@@ -323,14 +326,15 @@ static clvarlen_status gdn_kernel(clvarlen_context *ctx, const cv_gdn_problem *p
             snprintf(preg, sizeof preg, " " CV_PTX_MAXNREG_OPTION "%d", t->preg);
         snprintf(opts, sizeof opts,
                  "-DCV_K=%d -DCV_V=%d -DCV_DT=%d -DCV_DTYPE=%d -DCV_ST_DT=%d -DCV_%s=%d "
-                 "-DCV_MMA_SPLIT=%d%s%s%s%s%s%s",
+                 "-DCV_MMA_SPLIT=%d%s%s%s%s%s%s%s",
                  (int)p->K, (int)p->V, dt, dt, cv_dtype_kernel_code(p->state_dtype),
                  scan ? "SW" : "MVT", scan ? t->sw : t->mvt, t->split,
                  t->ptx ? " -DCV_NV_PTX=1" : "", t->wgmma && prep ? " -DCV_GDN_ROWS=1" : "",
                  t->wgmma && scan ? (t->ptx ? " -DCV_GDN_WG=1 " CV_SM90A_OPTION : " -DCV_GDN_WG=1")
                                   : "",
                  t->wgmma && scan && (t->wgpre & 1) ? " -DCV_GDN_VPRE=1" : "",
-                 t->wgmma && scan && (t->wgpre & 2) ? " -DCV_GDN_SPRE=1" : "", preg);
+                 t->wgmma && scan && (t->wgpre & 2) ? " -DCV_GDN_SPRE=1" : "",
+                 t->ptx && scan && (t->wgpre & 4) ? " -DCV_GDN_L2PRE=1" : "", preg);
         return cv_get_kernel(ctx, scan ? "gated-delta-scan.cl" : "gated-delta-mma.cl", opts,
                              name, kernel);
     }

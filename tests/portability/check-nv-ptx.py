@@ -2,7 +2,8 @@
 """Compile-only check of the NVIDIA forms of the tensor-core kernels.
 
 On PoCL the NVIDIA kernels run their emulated forms; their inline-PTX forms
-(-DCV_NV_PTX, and the wgmma form's sm_90a helpers of cl/nv-wgmma.clh) are
+(-DCV_NV_PTX, and the wgmma form's sm_90a helpers of cl/nv-wgmma.clh; the
+gated delta scan's L2 prefetch, -DCV_GDN_L2PRE) are
 compiled only by NVIDIA's driver, so a C-level error in them (a parameter
 named like an OpenCL type, a wrong operand list) would first show on a GPU.
 This runs `clvarlen-test check --quick` on an OpenCL device of this machine
@@ -84,6 +85,10 @@ def main():
         options = first.split("clvarlen-build-options:", 1)[1].split()
         options = [o for o in options if o.startswith("-D")]
         options.append("-DCV_NV_PTX=1")
+        if os.path.basename(path).startswith("gated-delta-scan-"):
+            # the scan's L2 prefetch, on by default on NVIDIA only (the host
+            # passes it with -DCV_NV_PTX)
+            options.append("-DCV_GDN_L2PRE=1")
         if "-DCV_WGMMA=1" in options or "-DCV_GDN_WG=1" in options:
             seen_wgmma = True
             options.append("-DCV_SM90A=1")
