@@ -200,15 +200,6 @@ static clvarlen_status wgmma_ready(clvarlen_context *ctx, const char *fn, const 
     return CLVARLEN_SUCCESS;
 }
 
-/* CLVARLEN_ATTENTION_TUNING nreg=N (NVIDIA, 16 .. 255; for benchmarks): the
- * forward's tensor-core program capped at N registers (the PTX patch step's
- * .maxnreg, lib/runtime/ptx-patch.c), 0 (default) leaves the driver's count. */
-static int register_cap(void)
-{
-    const int cap = cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "nreg", 0);
-    return cap <= 0 ? 0 : cap < 16 ? 16 : cap > 255 ? 255 : cap;
-}
-
 /* The options of the forward's wgmma form (packed with `pack`). */
 static void wgmma_options(const clvarlen_context *ctx, const cv_attn_desc *d,
                           const cv_attn_pack *pack, char *options, size_t size)
@@ -230,11 +221,6 @@ static void wgmma_options(const clvarlen_context *ctx, const cv_attn_desc *d,
              cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "ex2", 1) ? "" : " -DCV_NV_EX2=0",
              lazy_rescale(d) ? "" : " -DCV_ATTN_LAZY=0",
              pipe ? " -DCV_ATTN_PIPE=1" : "");
-    const int cap = nv ? register_cap() : 0;
-    if (cap > 0) {
-        const size_t n = strlen(options);
-        snprintf(options + n, size - n, " %s%d", CV_PTX_MAXNREG_OPTION, cap);
-    }
 }
 
 bool cv_attn_wgmma_forced(void)
@@ -335,8 +321,6 @@ static clvarlen_status mma_cfg(clvarlen_context *ctx, const char *fn, const cv_a
         cfg_add(cfg, " -DCV_NV_EX2=0");
     if (!lazy_rescale(d))
         cfg_add(cfg, " -DCV_ATTN_LAZY=0");
-    if (ctx->device.vendor == CLVARLEN_VENDOR_NVIDIA && register_cap() > 0)
-        cfg_add(cfg, " %s%d", CV_PTX_MAXNREG_OPTION, register_cap());
     return CLVARLEN_SUCCESS;
 }
 

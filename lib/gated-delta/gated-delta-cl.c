@@ -24,8 +24,7 @@ typedef struct gdn_tiles {
     int scan, sw;      /* ... as two stages (gdn_chunk_prep, gdn_chunk_scan; 0: the fused
                         * gdn_chunked_mma), the scan's warps per group */
     int wgmma;         /* ... the scan on wgmma (CV_GDN_WG; sm_90a, else emulated) */
-    int wgpre;         /* ... its prefetches: bit 0 CV_GDN_VPRE, bit 1 CV_GDN_SPRE (wgmma
-                        * form), bit 2 CV_GDN_L2PRE (NVIDIA, both forms) */
+    int wgpre;         /* ... its prefetches: bits CV_GDN_VPRE, _SPRE, _L2PRE (NVIDIA) */
     int wgforce;       /* ... forced by the tuning (wgmma=1) */
     int wgbad;         /* ... its check made to fail (tests of the fallback) */
     int hper;          /* ... the first stage's value heads per work-group (at most) */
@@ -116,26 +115,22 @@ static size_t gdn_chunk_local_bytes(int K, int cvt, int ks)
 }
 
 /* A developer knob for tuning sweeps (clvarlen-test bench): CLVARLEN_GDN_TUNING=
- * "wg=128,vt=16,tk=8,cwg=256,cvt=16,min=128" overrides the device table; "mma=1"
- * forces the tensor-core chunked kernel (emulated where there is no inline PTX,
- * how tests run it on PoCL), "mma=0" keeps the portable one, "mvt=N" its V tile,
- * "split=0" rounds its computed operands once (faster, less accurate), "scan=0" runs
- * it as one fused kernel instead of two stages, "sw=N" the scan's warps per group,
- * "only=1" / "only=2" launches only that stage (for timing it: results are wrong,
- * and the wgmma form's first-use check does not run),
- * "scr=N" caps the two stages' scratch at N KiB (heads go in smaller groups),
- * "wgmma=0/1" turns the scan's wgmma form off or on (on: emulated off Hopper;
- * 2: on but not forced, as the default on Hopper: a failed check falls back),
- * "wgpre=N" the scan's prefetches (wgmma form: bit 0 v before X^T, bit 1 the next
- * chunk's T and P, neither faster on an H200; both forms on NVIDIA: bit 2, the
- * default, the next chunk's rows and scratch asked into L2, 3-7% faster on an H200:
- * docs/PERFORMANCE.md), "wgbad=1" makes the form's check fail (tests), "hper=N"
- * the first stage's value heads per work-group (those of one key head; default
- * GDN_PREP_HEADS), "preg=N" caps the first stage at N registers on NVIDIA
- * through the loader's PTX patch step (0: no cap; default GDN_PREP_NREG),
- * "vec=0" keeps the token kernel's scalar state loads, "pre=0" drops its
- * next-token prefetch, "blas=0" runs the portable chunked path as one fused
- * kernel instead of CLBlast's products and the kernels around them. */
+ * "wg=128,vt=16,tk=8,cwg=256,cvt=16,min=128" overrides the device table; "mma=1" forces
+ * the tensor-core chunked kernel (emulated where there is no inline PTX, how tests run
+ * it on PoCL), "mma=0" keeps the portable one, "mvt=N" its V tile, "split=0" rounds its
+ * computed operands once (faster, less accurate), "scan=0" runs it as one fused kernel
+ * instead of two stages, "sw=N" the scan's warps per group, "only=1" / "only=2" launches
+ * only that stage (for timing it: results are wrong, and the wgmma form's first-use
+ * check does not run), "scr=N" caps the two stages' scratch at N KiB (heads go in
+ * smaller groups), "wgmma=0/1" turns the scan's wgmma form off or on (on: emulated off
+ * Hopper; 2: on but not forced, as the default on Hopper: a failed check falls back),
+ * "wgpre=N" the scan's prefetches (bits: 1 v before X^T, 2 the next T, P: wgmma form,
+ * not faster on an H200; 4, default, NVIDIA: the next chunk's rows and scratch into L2),
+ * "wgbad=1" fails the form's check (tests), "hper=N" the first stage's value heads per
+ * group (of one key head; GDN_PREP_HEADS), "preg=N" caps its registers on NVIDIA (PTX
+ * patch step; 0: none; default GDN_PREP_NREG), "vec=0" keeps the token kernel's scalar
+ * state loads, "pre=0" drops its next-token prefetch, "blas=0" runs the portable chunked
+ * path as one fused kernel instead of CLBlast's products and the kernels around them. */
 static void gdn_tuning_override(int *wg, int *vt, int *tk, int *cwg, int *cvt, int64_t *cmin,
                                 int *mma, int *mvt, int *split, int *scan, int *sw, int *only,
                                 long long *scr_kib, int *vec4, int *pre, int *blas, int *wgmma,
@@ -321,6 +316,7 @@ static clvarlen_status gdn_kernel(clvarlen_context *ctx, const cv_gdn_problem *p
     if (scan || strcmp(name, "gdn_chunked_mma") == 0 || strcmp(name, "gdn_chunk_prep") == 0) {
         const int dt = cv_dtype_kernel_code(p->dtype);
         const bool prep = strcmp(name, "gdn_chunk_prep") == 0;
+        const int pf = scan ? t->wgpre & ((t->wgmma ? 3 : 0) | (t->ptx ? 4 : 0)) : 0;
         char preg[32] = "";
         if (prep && t->ptx && t->preg > 0)
             snprintf(preg, sizeof preg, " " CV_PTX_MAXNREG_OPTION "%d", t->preg);
@@ -332,9 +328,8 @@ static clvarlen_status gdn_kernel(clvarlen_context *ctx, const cv_gdn_problem *p
                  t->ptx ? " -DCV_NV_PTX=1" : "", t->wgmma && prep ? " -DCV_GDN_ROWS=1" : "",
                  t->wgmma && scan ? (t->ptx ? " -DCV_GDN_WG=1 " CV_SM90A_OPTION : " -DCV_GDN_WG=1")
                                   : "",
-                 t->wgmma && scan && (t->wgpre & 1) ? " -DCV_GDN_VPRE=1" : "",
-                 t->wgmma && scan && (t->wgpre & 2) ? " -DCV_GDN_SPRE=1" : "",
-                 t->ptx && scan && (t->wgpre & 4) ? " -DCV_GDN_L2PRE=1" : "", preg);
+                 pf & 1 ? " -DCV_GDN_VPRE=1" : "", pf & 2 ? " -DCV_GDN_SPRE=1" : "",
+                 pf & 4 ? " -DCV_GDN_L2PRE=1" : "", preg);
         return cv_get_kernel(ctx, scan ? "gated-delta-scan.cl" : "gated-delta-mma.cl", opts,
                              name, kernel);
     }
