@@ -155,6 +155,7 @@
 // clvarlen-include: nv-mma.clh
 // clvarlen-include: nv-wgmma.clh
 // clvarlen-include: nv-wgmma-async.clh
+// clvarlen-include: nv-wgmma-once.clh
 // clvarlen-include: attention-nv-tile.clh
 
 /* Stages rows ROWEXPR(rr_) for rr_ = 0 .. nrows - 1 of a token-major tensor
@@ -290,7 +291,8 @@
 #endif
 #ifdef CV_WGMMA
 /* The two products on the tiles Ks and Vs: S (this warp's 16 x BLOCK_N part)
- * += Q K^T, O += P V. */
+ * += Q K^T, O += P V (64-row tiles: P's fragments, made for it, reach the
+ * wgmma without copies, WG_RS1 of cl/nv-wgmma-once.clh). */
 #if BLOCK_M == 128
 /* Two warpgroups, each the A operand's 64 rows of Q's tile (warpgroup w's at
  * row 64 w of every column block), sharing 32-key K and V tiles: each K/V
@@ -313,7 +315,7 @@
           K_STEP4)
 #endif
 #elif HEAD_DIM == 128
-#define WG_PV(acc, a, z) WG_RS(128, 4, 1, KV_SW, acc, a, Vs, V_LBO, V_SBO, V_STEP, V_STEP4, z)
+#define WG_PV(acc, a, z) WG_RS1(128, 4, 1, KV_SW, acc, a, Vs, V_LBO, V_SBO, V_STEP, V_STEP4)
 #if WG_QLOCAL /* Q from local memory (its tile at smem, K's layout) */
 #define WG_QK(acc, a, z)                                                                       \
     WG_SS(64, 8, 0, 1, acc, smem, K_LBO, K_SBO, K_STEP, BLOCK_M * 128, Ks, K_LBO, K_SBO, K_STEP, \
@@ -335,7 +337,7 @@
                   K_STEP, K_STEP4, z);                                                         \
     } while (0)
 #elif HEAD_DIM == 96 /* the second column block half used (WG_DPAD) */
-#define WG_PV(acc, a, z) WG_RS(96, 4, 1, KV_SW, acc, a, Vs, V_LBO, V_SBO, V_STEP, V_STEP4, z)
+#define WG_PV(acc, a, z) WG_RS1(96, 4, 1, KV_SW, acc, a, Vs, V_LBO, V_SBO, V_STEP, V_STEP4)
 #if WG_QLOCAL
 #define WG_QK(acc, a, z)                                                                       \
     WG_SS(64, 6, 0, 1, acc, smem, K_LBO, K_SBO, K_STEP, BLOCK_M * 128, Ks, K_LBO, K_SBO, K_STEP, \
@@ -344,7 +346,7 @@
 #define WG_QK(acc, a, z) WG_RS(64, 6, 0, KV_SW, acc, a, Ks, K_LBO, K_SBO, K_STEP, K_STEP4, z)
 #endif
 #else /* HEAD_DIM 64 */
-#define WG_PV(acc, a, z) WG_RS(64, 4, 1, KV_SW, acc, a, Vs, V_LBO, V_SBO, V_STEP, V_STEP4, z)
+#define WG_PV(acc, a, z) WG_RS1(64, 4, 1, KV_SW, acc, a, Vs, V_LBO, V_SBO, V_STEP, V_STEP4)
 #if WG_QLOCAL
 #define WG_QK(acc, a, z)                                                                       \
     WG_SS(64, 4, 0, 1, acc, smem, K_LBO, K_SBO, K_STEP, BLOCK_M * 128, Ks, K_LBO, K_SBO, K_STEP, \
@@ -543,6 +545,7 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
     const int nblocks = kmin <= kmax ? (kmax - kmin) / BLOCK_N + 1 : 0;
 #ifdef CV_WGMMA
     const uint qz = (uint)total_q >> 31; /* 0 (total_q >= 0), unknown to the compilers */
+    (void)qz; /* for Q in registers only, and the pipelined loop */
 #endif
 #ifdef CV_PAGED
     int cur = 0; /* krow_l[cur]: the cache rows of this tile's keys; [cur ^ 1] the next's */

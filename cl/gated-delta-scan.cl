@@ -102,6 +102,7 @@
 // clvarlen-include: nv-mma.clh
 // clvarlen-include: gated-mma.clh
 // clvarlen-include: nv-wgmma.clh
+// clvarlen-include: nv-wgmma-once.clh
 
 /* Two accumulator tiles (columns 16 s ..) as the A fragment they form, split. */
 inline void sc_afrag(float4 c0, float4 c1, uint4 *hi, uint4 *lo)
@@ -293,13 +294,17 @@ inline void sc_l2_chunk(__global const ushort *k, long k_stride, __global const 
  * 64 x 64, K-major. */
 #define SC_BLK (GC * 128)
 #if CV_K == 128
-#define SC_XK(acc, a, b) WG_RS(64, 8, 0, 1, acc, a, b, 16, 1024, 32, SC_BLK, zero)
-#define SC_UPD(acc, a) WG_RS(128, 4, 1, 1, acc, a, Kc, SC_BLK, 1024, 2048, 4 * 2048, zero)
+#define SC_XK(acc, a, b) WG_RS1(64, 8, 0, 1, acc, a, b, 16, 1024, 32, SC_BLK)
+#define SC_UPD(acc, a) WG_RS1(128, 4, 1, 1, acc, a, Kc, SC_BLK, 1024, 2048, 4 * 2048)
 #else
-#define SC_XK(acc, a, b) WG_RS(64, 4, 0, 1, acc, a, b, 16, 1024, 32, SC_BLK, zero)
-#define SC_UPD(acc, a) WG_RS(64, 4, 1, 1, acc, a, Kc, SC_BLK, 1024, 2048, 4 * 2048, zero)
+#define SC_XK(acc, a, b) WG_RS1(64, 4, 0, 1, acc, a, b, 16, 1024, 32, SC_BLK)
+#define SC_UPD(acc, a) WG_RS1(64, 4, 1, 1, acc, a, Kc, SC_BLK, 1024, 2048, 4 * 2048)
 #endif
-#define SC_TT(acc, a, b) WG_RS(64, 4, 0, 1, acc, a, b, 16, 1024, 32, SC_BLK, zero)
+/* Each A operand is read by one product and then dead (WG_RS1: no copies of it,
+ * cl/nv-wgmma-once.clh), but for the D step's rounded Y, read twice: with copies
+ * (SC_TTC) in the first of its products. */
+#define SC_TT(acc, a, b) WG_RS1(64, 4, 0, 1, acc, a, b, 16, 1024, 32, SC_BLK)
+#define SC_TTC(acc, a, b) WG_RS(64, 4, 0, 1, acc, a, b, 16, 1024, 32, SC_BLK, zero)
 #define SC_TILE (GC * GC) /* a T or P tile, 16-bit elements */
 /* The second region: T's two tiles, then the q rows, at its start; P's tile
  * after both, so that it is copied with T */
@@ -402,6 +407,7 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
     const int warp = lid >> 5;
 #ifdef CV_GDN_WG
     const uint zero = (uint)((ulong)n_slots >> 63); /* 0, unknown to the compilers (nv-wgmma.clh) */
+    (void)zero; /* for SC_TTC alone */
 #endif
     const int vtiles = (CV_V + 16 * CV_SW - 1) / (16 * CV_SW);
     const long grp = get_group_id(0);
@@ -561,10 +567,12 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
             UNROLL
             for (int kb = 0; kb < GC / 16; kb++)
                 sc_afrag(xt[2 * kb], xt[2 * kb + 1], &ah[kb], &al[kb]);
-            SC_TT(dt, ah, R2);
 #if CV_MMA_SPLIT
+            SC_TTC(dt, ah, R2);
             SC_TT(dt, ah, R2 + SC_TILE);
             SC_TT(dt, al, R2);
+#else
+            SC_TT(dt, ah, R2);
 #endif
         }
 #else

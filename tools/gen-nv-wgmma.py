@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes cl/nv-wgmma.clh, the wgmma helpers of the Hopper kernels, (--pairs)
-cl/nv-wgmma-pair.clh, their paired form, and (--async) cl/nv-wgmma-async.clh,
-forms that leave the products in flight.
+cl/nv-wgmma-pair.clh, their paired form, (--async) cl/nv-wgmma-async.clh,
+forms that leave the products in flight, and (--once) cl/nv-wgmma-once.clh,
+forms for A fragments used once.
 
 Each helper is one inline-asm statement with every accumulator as an operand,
 so its text is long and regular: it is generated. Run from the project root
@@ -10,6 +11,7 @@ after changing the shapes or the text below:
     python3 tools/gen-nv-wgmma.py > cl/nv-wgmma.clh
     python3 tools/gen-nv-wgmma.py --pairs > cl/nv-wgmma-pair.clh
     python3 tools/gen-nv-wgmma.py --async > cl/nv-wgmma-async.clh
+    python3 tools/gen-nv-wgmma.py --once > cl/nv-wgmma-once.clh
 """
 import sys
 
@@ -21,6 +23,11 @@ import sys
 # per 64 dimensions, (32, 2, 0) for the last 32 at D 96.
 SHAPES = [(64, 4, 0), (64, 8, 0), (64, 4, 1), (128, 4, 1), (64, 2, 1), (128, 2, 1),
           (64, 6, 0), (96, 4, 1), (32, 4, 0), (256, 2, 1), (96, 2, 1), (32, 2, 0)]
+# WG_RS1: WG_RS without the copies of A, for fragments read by one statement
+# only (the gated delta scan: X^T (64, K / 16, 0), D^T and O^T's terms (64, 4, 0),
+# the state update (V, 4, 1)) and the attention forward's O += P V with 64-key tiles
+# (D, 4, 1).
+RS1_SHAPES = [(64, 4, 0), (64, 8, 0), (64, 4, 1), (128, 4, 1), (96, 4, 1)]
 # WG_SS: A from local memory too (K-major, 128-byte swizzle), for S = Q K^T with
 # -DCV_WG_QS: (N, k16 steps, B transposed); the backward's S^T = K Q^T,
 # dP^T = V dO^T (32-row query blocks), S = Q K^T and dP = dO V^T (32-key tiles).
@@ -81,6 +88,8 @@ HEADER = r"""/* Hopper's warpgroup MMA (wgmma.mma_async, sm_90a) for kernels who
  * reused for temporaries and the next iteration read garbage (seen in the
  * SASS, and as wrong results at head dim 64 on an H100). A copy made outside
  * the statement is hoisted out of the loop by the OpenCL compiler.
+ * Fragments made for one statement and not read after it take WG_RS1
+ * (cl/nv-wgmma-once.clh), without the copies.
  *
  * With -DCV_NV_PTX each helper is inline PTX whose wgmma lines sit behind
  * the marker `// CVW ` (CV_PTX_MARKER of lib/runtime/ptx-patch.h): a comment
@@ -327,13 +336,16 @@ def acc_store(n):
             "        acc[i] = (float4)(d[4 * i], d[4 * i + 1], d[4 * i + 2], d[4 * i + 3]);", "}"]
 
 
-def helper(n, ks, trans, wait=True):
+def helper(n, ks, trans, wait=True, copy=True):
     nacc = n // 2  # f32 accumulators per work-item
     lines = []
-    name = f"wg_rs_n{n}_k{ks}_t{trans}" + ("" if wait else "_nw")
-    lines.append(f"/* WG_RS{'' if wait else '_NW'}({n}, {ks}, {trans}, ...) */")
-    lines.append(f"inline void {name}(float4 *acc, const uint4 *a, ulong desc, ulong step, ulong step4,")
-    lines.append(f"{' ' * (len(name) + 12)}uint zero)")
+    name = f"wg_rs_n{n}_k{ks}_t{trans}" + ("" if wait else "_nw") + ("" if copy else "_1")
+    lines.append(f"/* WG_RS{'' if wait else '_NW'}{'' if copy else '1'}({n}, {ks}, {trans}, ...) */")
+    if copy:
+        lines.append(f"inline void {name}(float4 *acc, const uint4 *a, ulong desc, ulong step, ulong step4,")
+        lines.append(f"{' ' * (len(name) + 12)}uint zero)")
+    else:
+        lines.append(f"inline void {name}(float4 *acc, const uint4 *a, ulong desc, ulong step, ulong step4)")
     lines += acc_load(n)
     for s in range(ks):
         lines.append(f"    const ulong d{s} = desc + {s % 4}ul * step + {s // 4}ul * step4;")
@@ -343,7 +355,10 @@ def helper(n, ks, trans, wait=True):
     zr = nacc + 5 * ks
     asm = ['"{\\n\\t.reg .pred p;\\n\\t.reg .b32 wa<%d>;\\n\\tsetp.ne.b32 p, 1, 0;\\n\\t"' % (4 * ks)]
     for f in range(ks):
-        asm.append('"' + "".join(f"add.u32 wa{i}, %{nacc + i}, %{zr};\\n\\t" for i in range(4 * f, 4 * f + 4)) + '"')
+        if copy:
+            asm.append('"' + "".join(f"add.u32 wa{i}, %{nacc + i}, %{zr};\\n\\t" for i in range(4 * f, 4 * f + 4)) + '"')
+        else:  # moves: ptxas gives the wgmma the registers themselves
+            asm.append('"' + "".join(f"mov.b32 wa{i}, %{nacc + i};\\n\\t" for i in range(4 * f, 4 * f + 4)) + '"')
     asm.append('"// CVW wgmma.fence.sync.aligned;\\n\\t"')
     for s in range(ks):
         dd = nacc + 4 * ks + s
@@ -360,7 +375,8 @@ def helper(n, ks, trans, wait=True):
     for s in range(ks):
         ins += [f'"r"(a[{s}].x)', f'"r"(a[{s}].y)', f'"r"(a[{s}].z)', f'"r"(a[{s}].w)']
     ins += [f'"l"(d{s})' for s in range(ks)]
-    ins += ['"r"(zero)']
+    if copy:
+        ins += ['"r"(zero)']
     lines.append("                 : " + ", ".join(ins))
     lines.append('                 : "memory");')
     lines += acc_store(n)
@@ -549,7 +565,45 @@ def helper_wait(n, k):
     return "\n".join(lines)
 
 
+ONCE_HEADER = r"""/* wgmma helpers (sm_90a) for A fragments used once: include after
+ * cl/nv-wgmma.clh, whose rules (layouts, the marker, fences) they follow.
+ * GENERATED by tools/gen-nv-wgmma.py --once: edit that, not this.
+ *
+ * WG_RS1(N, KS, T, SW, acc, a, b, lbo, sbo, step, step4) is WG_RS for A
+ * fragments that nothing reads after the statement (made for it: P of the
+ * attention forward's O += P V, the gated delta scan's split operands): they
+ * reach the wgmma as they are, without WG_RS's copies, which cost four
+ * additions per k16 step. ptxas may then reuse their registers once the
+ * statement has waited, which is why fragments kept for later (Q in
+ * registers, a fragment read by two statements) take WG_RS.
+ */
+
+#ifdef CV_NV_PTX
+"""
+
+ONCE_FOOTER = r"""
+#define WG_RS1(N, KS, T, SW, acc, a, b, lbo, sbo, step, step4)                                  \
+    wg_rs_n##N##_k##KS##_t##T##_1((acc), (a), wg_desc((b), (lbo), (sbo), (SW)),                 \
+                                  (ulong)((step) >> 4), (ulong)((step4) >> 4))
+
+#else /* emulation */
+
+#define WG_RS1(N, KS, T, SW, acc, a, b, lbo, sbo, step, step4)                                  \
+    emu_wg_rs((acc), (N) / 8, (a), (KS), (b), (lbo), (sbo), (step), (step4), (T), (SW), emu)
+
+#endif /* CV_NV_PTX */
+"""
+
+
 def main():
+    if sys.argv[1:] == ["--once"]:
+        out = [ONCE_HEADER]
+        for n, ks, t in RS1_SHAPES:
+            out.append(helper(n, ks, t, copy=False))
+            out.append("")
+        out.append(ONCE_FOOTER)
+        print("\n".join(out).rstrip() + "\n", end="")
+        return
     if sys.argv[1:] == ["--async"]:
         out = [ASYNC_HEADER]
         for n, ks, t in SS_ASYNC:
