@@ -545,7 +545,8 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
     const int nblocks = kmin <= kmax ? (kmax - kmin) / BLOCK_N + 1 : 0;
 #ifdef CV_WGMMA
     const uint qz = (uint)total_q >> 31; /* 0 (total_q >= 0), unknown to the compilers */
-    (void)qz; /* for Q in registers only, and the pipelined loop */
+    (void)qz; /* for the forms whose A fragments are copied (WG_RS): Q in
+                * registers, D 256, 128-row tiles, the pipelined loop */
 #endif
 #ifdef CV_PAGED
     int cur = 0; /* krow_l[cur]: the cache rows of this tile's keys; [cur ^ 1] the next's */
