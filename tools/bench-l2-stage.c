@@ -1,8 +1,10 @@
 /* bench-l2-stage: how fast a device's work-groups can stage tiles from the L2
  * cache (or device memory) into local memory, the way the tensor-core
  * attention forward stages its K and V tiles (32 KiB per key tile at head dim
- * 128). The ceiling behind the forward's figures in docs/PERFORMANCE.md.
- * Not installed.
+ * 128), but with nothing else to do. On an H200 this loop levels off below
+ * what the forward itself stages while it computes, so it is not that path's
+ * ceiling (docs/PERFORMANCE.md, "Where the forward's time goes"). Not
+ * installed.
  *
  *   bench-l2-stage [DEVICE-SUBSTRING]   (default: the first GPU)
  *
