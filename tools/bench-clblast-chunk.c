@@ -11,6 +11,8 @@
 #include <CL/cl.h>
 #include <clblast_c.h>
 
+#include "bench-cl-device.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,28 +52,6 @@ static double time_gemm(cl_command_queue q, size_t m, size_t n, size_t k, size_t
             best = t;
     }
     return best;
-}
-
-static cl_device_id pick_device(const char *want, char *name, size_t name_size)
-{
-    cl_platform_id plats[16];
-    cl_uint np = 0;
-    if (clGetPlatformIDs(16, plats, &np) != CL_SUCCESS)
-        return NULL;
-    for (cl_uint i = 0; i < np && i < 16; i++) {
-        cl_device_id devs[16];
-        cl_uint nd = 0;
-        if (clGetDeviceIDs(plats[i], want ? CL_DEVICE_TYPE_ALL : CL_DEVICE_TYPE_GPU, 16, devs,
-                           &nd) != CL_SUCCESS)
-            continue;
-        for (cl_uint j = 0; j < nd && j < 16; j++) {
-            if (clGetDeviceInfo(devs[j], CL_DEVICE_NAME, name_size, name, NULL) != CL_SUCCESS)
-                continue;
-            if (!want || strstr(name, want))
-                return devs[j];
-        }
-    }
-    return NULL;
 }
 
 int main(int argc, char **argv)

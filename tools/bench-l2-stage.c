@@ -23,6 +23,8 @@
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
 
+#include "bench-cl-device.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,44 +74,18 @@ static const char *src =
     "    out[get_global_id(0)] = acc;\n"
     "}\n";
 
-static int pick_device(const char *want, cl_device_id *dev, int *nv)
-{
-    cl_platform_id pl[16];
-    cl_uint np = 0;
-    if (clGetPlatformIDs(16, pl, &np) != CL_SUCCESS)
-        return -1;
-    for (cl_uint i = 0; i < np; i++) {
-        cl_device_id d[16];
-        cl_uint nd = 0;
-        if (clGetDeviceIDs(pl[i], CL_DEVICE_TYPE_ALL, 16, d, &nd) != CL_SUCCESS)
-            continue;
-        for (cl_uint j = 0; j < nd; j++) {
-            char name[256] = "", vendor[256] = "";
-            cl_device_type type = 0;
-            clGetDeviceInfo(d[j], CL_DEVICE_NAME, sizeof name, name, NULL);
-            clGetDeviceInfo(d[j], CL_DEVICE_VENDOR, sizeof vendor, vendor, NULL);
-            clGetDeviceInfo(d[j], CL_DEVICE_TYPE, sizeof type, &type, NULL);
-            if (want ? strstr(name, want) != NULL || strstr(vendor, want) != NULL
-                     : (type & CL_DEVICE_TYPE_GPU) != 0) {
-                *dev = d[j];
-                *nv = strstr(vendor, "NVIDIA") != NULL;
-                printf("device: %s (%s)\n", name, vendor);
-                return 0;
-            }
-        }
-    }
-    return -1;
-}
-
 int main(int argc, char **argv)
 {
-    cl_device_id dev;
-    int nv = 0;
     setvbuf(stdout, NULL, _IOLBF, 0); /* each figure as it comes */
-    if (pick_device(argc > 1 ? argv[1] : NULL, &dev, &nv) != 0) {
-        fprintf(stderr, "bench-l2-stage: no matching OpenCL device\n");
+    char name[256] = "", vendor[256] = "";
+    cl_device_id dev = pick_device(argc > 1 ? argv[1] : NULL, name, sizeof name);
+    if (!dev) {
+        fprintf(stderr, "bench-l2-stage: no %s device\n", argc > 1 ? argv[1] : "GPU");
         return 2;
     }
+    clGetDeviceInfo(dev, CL_DEVICE_VENDOR, sizeof vendor, vendor, NULL);
+    const int nv = strstr(vendor, "NVIDIA") != NULL;
+    printf("device: %s (%s)\n", name, vendor);
     cl_uint cus = 0;
     cl_ulong lmem = 0;
     clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cus, &cus, NULL);
@@ -119,6 +95,8 @@ int main(int argc, char **argv)
     if (e != CL_SUCCESS)
         return fprintf(stderr, "clCreateContext: %d\n", e), 1;
     cl_command_queue q = clCreateCommandQueue(ctx, dev, CL_QUEUE_PROFILING_ENABLE, &e);
+    if (e != CL_SUCCESS)
+        return fprintf(stderr, "clCreateCommandQueue: %d\n", e), 1;
     cl_program pr = clCreateProgramWithSource(ctx, 1, &src, NULL, &e);
     /* tile bytes and tiles in flight per work-group (local memory: their product) */
     static const struct { int tile, slots; } forms[] = {{32768, 1}, {16384, 1}, {16384, 2}};
