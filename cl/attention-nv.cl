@@ -7,7 +7,8 @@
  * softmax runs on the accumulator fragments, and P goes from the S
  * accumulators straight into the A operand of the second product.
  *
- * Local memory (48 KiB per work-group on NVIDIA): the Q tile is staged once,
+ * Local memory (kept within 48 KiB per work-group; NVIDIA's OpenCL gives a
+ * static array up to 226 KiB, docs/PERFORMANCE.md): the Q tile is staged once,
  * moved into registers, and its space is then reused for K and V (Q_SMEM:
  * Q, K and V side by side). Rows are
  * padded by 8 elements (16 bytes) so that the 8 row addresses of an ldmatrix
@@ -120,7 +121,7 @@
  * aligned, as the swizzle works on address bits 4-9: the swizzled form rounds
  * the address up itself rather than trust that a compiler honours an
  * alignment attribute that large (PoCL does not), except with Q in local
- * memory too, whose tiles fill the 48 KiB an NVIDIA work-group gets (an
+ * memory too, whose tiles fill 48 KiB (an
  * unaligned array makes its check fail, and the mma.sync form runs); there
  * `range` lives in the V tile, which is not written before the range is read. */
 #if WG_QLOCAL

@@ -41,8 +41,9 @@
  * -D: CV_K (multiple of 16, <= 128), CV_V, CV_DT = CV_DTYPE (CV_DT_BF16 or
  * CV_DT_F16), CV_ST_DT, CV_SW (warps per work-group: 1, 2, 4 or 8),
  * CV_NV_PTX (NVIDIA), CV_GDN_WG (with CV_SM90A on NVIDIA). Local memory at
- * K = 128 and 8 warps: 47 KiB, 46 KiB with CV_GDN_WG (the most NVIDIA's
- * OpenCL gives a work-group is 48 KiB less 256 bytes).
+ * K = 128 and 8 warps: 47 KiB, 46 KiB with CV_GDN_WG (kept below 48 KiB, what
+ * a `__local` argument may have on NVIDIA; static arrays, as here, may have up
+ * to 226 KiB: docs/PERFORMANCE.md).
  */
 
 #ifndef CV_DTYPE
