@@ -26,7 +26,9 @@
  *                         work-group, rows contiguous or 2048 bytes apart
  *                         (compare bench-l2-stage)
  *
- * One mode per process: a bad map may end the context. Exit 0: right.
+ * ENC defaults to 1, the encoding an H200 with driver 580.159.04 takes (the
+ * others fail; docs/PERFORMANCE.md). One mode per process: a bad map may end
+ * the context. Exit 0: right; 77: no NVIDIA device.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -200,6 +202,12 @@ static cl_context ctx;
 static cl_command_queue q;
 static cl_device_id dev;
 
+static int oom(void)
+{
+    fprintf(stderr, "probe-tma: out of memory\n");
+    return 1;
+}
+
 /* `.reqnctapercluster 2, 1, 1` after the parameter list of the entry `name`
  * (before the `.reqntid` that reqd_work_group_size gives). */
 static char *add_cluster(char *ptx, const char *name)
@@ -213,6 +221,8 @@ static char *add_cluster(char *ptx, const char *name)
     static const char ins[] = ".reqnctapercluster 2, 1, 1\n";
     const size_t head = (size_t)(close + 2 - ptx), n = strlen(ptx);
     char *out = malloc(n + sizeof ins);
+    if (!out)
+        return ptx;
     memcpy(out, ptx, head);
     memcpy(out + head, ins, sizeof ins - 1);
     strcpy(out + head + sizeof ins - 1, close + 2);
@@ -234,6 +244,8 @@ static cl_program build(void)
     size_t bl = 0;
     clGetProgramInfo(pr, CL_PROGRAM_BINARY_SIZES, sizeof bl, &bl, NULL);
     char *bin = malloc(bl + 1);
+    if (!bin)
+        return NULL;
     clGetProgramInfo(pr, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL);
     bin[bl] = 0;
     char *ptx = NULL;
@@ -327,6 +339,8 @@ static int run_tiles(cl_program pr, const char *kname, unsigned enc, int per)
     const cl_uint tiles = 132, rows = tiles * TILE_ROWS - 7; /* the last 7 rows: past the end */
     const size_t bytes = (size_t)rows * ROW_BYTES;
     uint16_t *h = calloc(bytes / 2, 2);
+    if (!h)
+        return oom();
     for (cl_uint r = 0; r < rows; r++)
         for (int c = 0; c < COLS; c++)
             h[(size_t)r * (ROW_BYTES / 2) + c] = (uint16_t)(r * 131u + c * 7u + 1u);
@@ -349,6 +363,8 @@ static int run_tiles(cl_program pr, const char *kname, unsigned enc, int per)
     cl_int f = clFinish(q);
     uint16_t *out = calloc((size_t)groups * 8192, 2);
     cl_uint *st = calloc(1 + groups, 4);
+    if (!out || !st)
+        return oom();
     clEnqueueReadBuffer(q, dst, CL_TRUE, 0, (size_t)groups * 16384, out, 0, NULL, NULL);
     clEnqueueReadBuffer(q, status, CL_TRUE, 0, (1 + groups) * 4, st, 0, NULL, NULL);
     const long bad = check_tiles(out, groups, rows, per);
@@ -361,6 +377,9 @@ static int run_tiles(cl_program pr, const char *kname, unsigned enc, int per)
                st[4] & 255, st[4] >> 8);
     const int ok = e == CL_SUCCESS && f == CL_SUCCESS && st[0] == 0 && bad == 0;
     printf(" -> %s\n", ok ? "RIGHT" : "FAILED");
+    free(h);
+    free(out);
+    free(st);
     return !ok;
 }
 
@@ -408,6 +427,8 @@ static int run_stream(cl_program pr, unsigned enc)
                     best = gbs;
             }
             cl_uint *res = calloc(gws, 4), late = 0;
+            if (!res)
+                return oom();
             clEnqueueReadBuffer(q, out, CL_TRUE, 0, gws * 4, res, 0, NULL, NULL);
             for (size_t i = 0; i < gws; i++)
                 late += res[i] >> 31;
@@ -455,6 +476,8 @@ static int run_lmem(void)
             f = clFinish(q);
             if (en == CL_SUCCESS && f == CL_SUCCESS) {
                 cl_uint *h = calloc(gws, 4);
+                if (!h)
+                    return oom();
                 clEnqueueReadBuffer(q, out, CL_TRUE, 0, gws * 4, h, 0, NULL, NULL);
                 bad = 0;
                 for (size_t t = 0; t < gws; t++) {
