@@ -930,8 +930,10 @@ static Suite *bwd_suite(void)
 #if TEST_BACKEND_CL
     tcase_add_test(tc, test_bwd_clmem);
     tcase_add_test(tc, test_bwd_scratch);
-    tcase_add_test(tc, test_bwd_mma_emulated);
-    tcase_add_test(tc, test_bwd_wgmma_emulated);
+    if (!tu_second_device()) { /* the emulated forms: the default device's (kit-check.h) */
+        tcase_add_test(tc, test_bwd_mma_emulated);
+        tcase_add_test(tc, test_bwd_wgmma_emulated);
+    }
 #endif
     suite_add_tcase(s, tc);
     return s;

@@ -334,17 +334,8 @@ START_TEST(test_wgmma_kernel)
     static const char *const variants[] = {NULL,    "wgpack=0", "wgqs=0", "wgswz=0",
                                            "wgm=128", "lpt=1",    "lazy=0", "pipe=1"};
     const size_t n_full = 4; /* the variants from here on run the head dim 128 cases only */
-    /* Variants that run on the default device (PoCL) only, not on a second
-     * implementation named by CLVARLEN_TEST_DEVICE (rusticl, tests/meson.build):
-     * their programs differ only in the emulated kernels' options, and each
-     * costs minutes of llvmpipe's compiler on 2 cores. */
-    static const bool default_device_only[] = {false, false, false, false,
-                                               true,  false, true,  true};
-    const char *second = getenv("CLVARLEN_TEST_DEVICE");
     setenv("CLVARLEN_ATTENTION_KERNEL", "wgmma", 1);
     for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++) {
-        if (default_device_only[vi] && second && *second)
-            continue;
         if (variants[vi])
             setenv("CLVARLEN_ATTENTION_TUNING", variants[vi], 1);
         clvarlen_context *ctx = tu_cl_context();
@@ -488,9 +479,9 @@ void attn_add_cl_cases(Suite *s)
     tcase_add_test(tc, test_no_opencl);
     tcase_add_test(tc, test_portable_tiles);
     suite_add_tcase(s, tc);
+    if (tu_second_device()) /* the emulated forms: the default device's (kit-check.h) */
+        return;
     tc = tcase_create("mma");
-    /* rusticl on llvmpipe with cold caches took over 600 s for the wgmma test
-     * in a CI run on 2 cores (its emulated kernels compile slowly) */
     tcase_set_timeout(tc, 1200);
     tcase_add_test(tc, test_mma_kernel);
     tcase_add_test(tc, test_wgmma_kernel);

@@ -697,15 +697,17 @@ void gdn_add_cl_cases(TCase *oracle, TCase *api)
     tcase_add_loop_test(oracle, chunked_vs_recurrent, 0, 3);
     tcase_add_test(oracle, auto_per_sequence);
     tcase_add_test(oracle, chunked_wide_group);
+    tcase_add_loop_test(oracle, portable_chunked, 0, 4);
+    tcase_add_loop_test(api, cl_mem_matches_host, 0, 2);
+    tcase_add_loop_test(api, cl_mem_device_checks, 0, 2);
+    tcase_add_loop_test(oracle, narrow_heads_pool_guard, 0, 2);
+    if (tu_second_device()) /* the emulated forms: the default device's (kit-check.h) */
+        return;
     tcase_add_loop_test(oracle, mma_chunked, 0, 8);
     tcase_add_loop_test(oracle, wgmma_scan, 0, 5);
     tcase_add_loop_test(oracle, wgmma_check_fails, 0, 2);
-    tcase_add_loop_test(oracle, portable_chunked, 0, 4);
     tcase_add_test(oracle, mma_large_heads);
     tcase_add_test(oracle, chunked_then_decode);
     tcase_add_loop_test(oracle, mma_fixed_head_groups, 0, 4);
-    tcase_add_loop_test(api, cl_mem_matches_host, 0, 2);
     tcase_add_test(api, wgmma_scan_unaligned);
-    tcase_add_loop_test(api, cl_mem_device_checks, 0, 2);
-    tcase_add_loop_test(oracle, narrow_heads_pool_guard, 0, 2);
 }

@@ -500,10 +500,12 @@ void paged_add_cl_cases(Suite *s)
     tcase_add_test(tc, test_cl_checks);
     tcase_add_test(tc, test_cl_no_opencl);
     suite_add_tcase(s, tc);
-    tc = tcase_create("mma");
-    tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, test_cl_mma);
-    suite_add_tcase(s, tc);
+    if (!tu_second_device()) { /* the emulated forms: the default device's (kit-check.h) */
+        tc = tcase_create("mma");
+        tcase_set_timeout(tc, 600);
+        tcase_add_test(tc, test_cl_mma);
+        suite_add_tcase(s, tc);
+    }
     tc = tcase_create("gather");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_cl_gather);

@@ -130,6 +130,12 @@ static int best_opencl_device(void)
     return best;
 }
 
+int tu_second_device(void)
+{
+    const char *env = getenv("CLVARLEN_TEST_DEVICE");
+    return env && *env;
+}
+
 const char *tu_cl_device_spec(void)
 {
     static char spec[32];

@@ -46,6 +46,15 @@ int tu_probe_opencl_device(void);
  * Only call inside a test body (after fork).
  */
 const char *tu_cl_device_spec(void);
+/**
+ * Whether the OpenCL tests run on a second implementation named by
+ * CLVARLEN_TEST_DEVICE (rusticl, tests/meson.build) rather than the default
+ * device. The tests of the NVIDIA tensor-core kernels' emulated forms (which
+ * no other device runs outside tests) register only on the default device:
+ * there they check the fragment bookkeeping, and on a second implementation
+ * they would only spend its compiler's time. Callable when a suite is built.
+ */
+int tu_second_device(void);
 /** A context on the test's OpenCL device (fails the test if none). */
 clvarlen_context *tu_cl_context(void);
 /** A context on the CPU fallback. */
