@@ -482,7 +482,7 @@ void attn_add_cl_cases(Suite *s)
     if (tu_second_device()) /* the emulated forms: the default device's (kit-check.h) */
         return;
     tc = tcase_create("mma");
-    tcase_set_timeout(tc, 1200);
+    tcase_set_timeout(tc, 1200); /* the emulated kernels compile slowly on 2 cores */
     tcase_add_test(tc, test_mma_kernel);
     tcase_add_test(tc, test_wgmma_kernel);
     suite_add_tcase(s, tc);
