@@ -668,6 +668,7 @@ static void bwd_clmem_case(clvarlen_context *ctx, const bcase *c, int device_che
 START_TEST(test_bwd_mma_emulated)
 {
     setenv("CLVARLEN_ATTENTION_KERNEL", "mma", 1);
+    tu_emulated_forms(1);
     clvarlen_context *ctx = tu_cl_context();
     bcase c = bwd_base();
     c.a.dtype = CLVARLEN_DTYPE_BF16;
@@ -698,6 +699,7 @@ START_TEST(test_bwd_mma_emulated)
     run_bwd_seeds(ctx, c, 1, "mma mqa q_pos strides d 32");
     clvarlen_context_destroy(ctx);
     unsetenv("CLVARLEN_ATTENTION_KERNEL");
+    tu_emulated_forms(0);
 }
 END_TEST
 
@@ -708,6 +710,7 @@ END_TEST
 START_TEST(test_bwd_wgmma_emulated)
 {
     setenv("CLVARLEN_ATTENTION_KERNEL", "wgmma", 1);
+    tu_emulated_forms(1);
     clvarlen_context *ctx = tu_cl_context();
     bcase c = bwd_base();
     c.a.dtype = CLVARLEN_DTYPE_BF16;
@@ -805,6 +808,7 @@ START_TEST(test_bwd_wgmma_emulated)
     }
     unsetenv("CLVARLEN_ATTN_BWD_TUNING");
     unsetenv("CLVARLEN_ATTENTION_KERNEL");
+    tu_emulated_forms(0);
 }
 END_TEST
 

@@ -232,6 +232,7 @@ END_TEST
 START_TEST(test_mma_kernel)
 {
     setenv("CLVARLEN_ATTENTION_KERNEL", "mma", 1);
+    tu_emulated_forms(1);
     clvarlen_context *ctx = tu_cl_context();
     acase c = base_case();
     c.dtype = CLVARLEN_DTYPE_BF16;
@@ -298,6 +299,7 @@ START_TEST(test_mma_kernel)
     cl_mem_case(ctx, &c, 0);
     clvarlen_context_destroy(ctx);
     unsetenv("CLVARLEN_ATTENTION_KERNEL");
+    tu_emulated_forms(0);
 }
 END_TEST
 
@@ -335,6 +337,7 @@ START_TEST(test_wgmma_kernel)
                                            "wgm=128", "lpt=1",    "lazy=0", "pipe=1"};
     const size_t n_full = 4; /* the variants from here on run the head dim 128 cases only */
     setenv("CLVARLEN_ATTENTION_KERNEL", "wgmma", 1);
+    tu_emulated_forms(1);
     for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++) {
         if (variants[vi])
             setenv("CLVARLEN_ATTENTION_TUNING", variants[vi], 1);
@@ -423,6 +426,7 @@ START_TEST(test_wgmma_kernel)
     }
     unsetenv("CLVARLEN_ATTENTION_TUNING");
     unsetenv("CLVARLEN_ATTENTION_KERNEL");
+    tu_emulated_forms(0);
 }
 END_TEST
 

@@ -19,6 +19,14 @@
 
 #define ALG(i) ((i) ? CLVARLEN_GDN_CHUNKED : CLVARLEN_GDN_RECURRENT)
 
+/* CLVARLEN_GDN_TUNING for the cases that follow; a tensor-core form forced
+ * (mma=1) is built unoptimised where it runs emulated (tu_emulated_forms). */
+static void gdn_tuning(const char *tuning)
+{
+    setenv("CLVARLEN_GDN_TUNING", tuning, 1);
+    tu_emulated_forms(strstr(tuning, "mma=1") != NULL);
+}
+
 /* three sweep cases again, chunked: first-use compiles (about 10 s each on
  * PoCL) are the cost of this suite, so chunked variants are few */
 START_TEST(sweep_chunked)
@@ -81,7 +89,7 @@ END_TEST
  * forked child, and the library reads the tuning per call. */
 START_TEST(chunked_wide_group)
 {
-    setenv("CLVARLEN_GDN_TUNING", "cwg=256,blas=0", 1);
+    gdn_tuning("cwg=256,blas=0");
     gdn_t_seed_state_indices(gdn_ctx, CLVARLEN_GDN_CHUNKED);
 }
 END_TEST
@@ -93,7 +101,7 @@ static void chunked_edge_case(const char *tuning, uint64_t seed, int K, int V, c
                               int l2norm, clvarlen_state_layout layout, int disable_update,
                               int64_t stride_pad)
 {
-    setenv("CLVARLEN_GDN_TUNING", tuning, 1);
+    gdn_tuning(tuning);
     static const int32_t lengths[7] = {200, 64, 65, 1, 0, 63, 130};
     static const int32_t idx[7] = {5, 0, -1, 2, 3, 1, -1};
     gdn_case_cfg cfg = gdn_cfg_default();
@@ -202,7 +210,7 @@ START_TEST(wgmma_check_fails)
     ck_assert_int_eq(clvarlen_context_device(ctx, &info), CLVARLEN_SUCCESS);
     const int fits = info.local_mem_bytes >= 48 * 1024;
     if (_i == 0 && fits) {
-        setenv("CLVARLEN_GDN_TUNING", "mma=1,scan=1,wgmma=1,wgbad=1", 1);
+        gdn_tuning("mma=1,scan=1,wgmma=1,wgbad=1");
         for (int call = 0; call < 2; call++) {
             const clvarlen_status st = gdn_case_run(ctx, &c);
             ck_assert_msg(st == (call ? CLVARLEN_ERROR_UNSUPPORTED : CLVARLEN_ERROR_KERNEL_BUILD),
@@ -211,8 +219,7 @@ START_TEST(wgmma_check_fails)
             ck_assert(gdn_case_untouched(&c));
         }
     } else {
-        setenv("CLVARLEN_GDN_TUNING",
-               _i ? "mma=1,scan=1,wgmma=2,wgbad=1" : "mma=1,scan=1,wgmma=1,wgbad=1", 1);
+        gdn_tuning(_i ? "mma=1,scan=1,wgmma=2,wgbad=1" : "mma=1,scan=1,wgmma=1,wgbad=1");
         gdn_run_and_check(ctx, &c, "wgmma check failed: mma.sync");
     }
     gdn_case_free(&c);
@@ -224,7 +231,7 @@ END_TEST
  * of the same test runs the portable chunked kernel). */
 START_TEST(mma_large_heads)
 {
-    setenv("CLVARLEN_GDN_TUNING", "mma=1,scan=1", 1);
+    gdn_tuning("mma=1,scan=1");
     gdn_t_large_heads(gdn_ctx, CLVARLEN_GDN_CHUNKED);
 }
 END_TEST
@@ -246,7 +253,7 @@ START_TEST(mma_fixed_head_groups)
     const long per_head = 10L * GDN_SCR_FLOATS * (long)sizeof(float);
     ck_assert_int_eq(625L * 1024 / per_head, 2);
     ck_assert_int_eq(875L * 1024 / per_head, 3);
-    setenv("CLVARLEN_GDN_TUNING", tuning[_i], 1);
+    gdn_tuning(tuning[_i]);
     static const int32_t lengths[3] = {130, 130, 130};
     static const int32_t idx[3] = {2, -1, 0};
     gdn_case_cfg cfg = gdn_cfg_default();
@@ -277,7 +284,7 @@ END_TEST
  * pool slots the chunked path writes are the recurrence's states. */
 START_TEST(chunked_then_decode)
 {
-    setenv("CLVARLEN_GDN_TUNING", "mma=1,scan=1", 1);
+    gdn_tuning("mma=1,scan=1");
     enum { N = 4, H = 2, HV = 4, K = 32, V = 24, STEPS = 3, SLOTS = 5 };
     static const int32_t lengths[N] = {200, 65, 0, 130};
     static const int32_t idx[N] = {2, 0, 3, 4};
@@ -371,7 +378,7 @@ START_TEST(auto_per_sequence)
 {
     /* a threshold below the long sequence (the device tables keep AUTO token by
      * token); the library reads it per call, and this runs in a forked child */
-    setenv("CLVARLEN_GDN_TUNING", "min=100", 1);
+    gdn_tuning("min=100");
     static const int32_t lengths[4] = {3, 700, 0, 1};
     gdn_case_cfg cfg = gdn_cfg_default();
     cfg.seed = 91;
@@ -576,7 +583,7 @@ END_TEST
  * states equal the host entry point's, whose buffers are aligned, bitwise. */
 START_TEST(wgmma_scan_unaligned)
 {
-    setenv("CLVARLEN_GDN_TUNING", "mma=1,scan=1,wgmma=1", 1);
+    gdn_tuning("mma=1,scan=1,wgmma=1");
     int32_t lengths[5], idx[5];
     gdn_case_cfg cfg = cl_mem_cfg(lengths, idx, CLVARLEN_GDN_CHUNKED);
     cfg.K = 64;

@@ -347,6 +347,7 @@ END_TEST
 START_TEST(test_cl_mma)
 {
     setenv("CLVARLEN_ATTENTION_KERNEL", "mma", 1);
+    tu_emulated_forms(1);
     clvarlen_context *ctx = tu_cl_context();
     pcase c = paged_base_case();
     c.dtype = CLVARLEN_DTYPE_BF16;
@@ -370,6 +371,7 @@ START_TEST(test_cl_mma)
     paged_run_seeds(ctx, c, 1, "mma f16 mixed ps 7 window msq 0");
     clvarlen_context_destroy(ctx);
     unsetenv("CLVARLEN_ATTENTION_KERNEL");
+    tu_emulated_forms(0);
 }
 END_TEST
 
@@ -473,6 +475,7 @@ START_TEST(test_cl_gather)
     clvarlen_context_destroy(ctx);
 
     setenv("CLVARLEN_ATTENTION_KERNEL", "mma", 1);
+    tu_emulated_forms(1);
     ctx = tu_cl_context();
     c = paged_base_case();
     c.dtype = CLVARLEN_DTYPE_BF16;
@@ -487,6 +490,7 @@ START_TEST(test_cl_gather)
     cl_forward_case(ctx, &c, "cl gather mma bf16 mixed ps 16");
     clvarlen_context_destroy(ctx);
     unsetenv("CLVARLEN_ATTENTION_KERNEL");
+    tu_emulated_forms(0);
     unsetenv("CLVARLEN_PAGED_TUNING");
 }
 END_TEST

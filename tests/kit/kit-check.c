@@ -136,6 +136,26 @@ int tu_second_device(void)
     return env && *env;
 }
 
+void tu_emulated_forms(int on)
+{
+    static const char opt[] = "-cl-opt-disable";
+    const char *cur = getenv("CLVARLEN_BUILD_OPTIONS");
+    if (!on) {
+        if (cur && strcmp(cur, opt) == 0)
+            unsetenv("CLVARLEN_BUILD_OPTIONS");
+        return;
+    }
+    if (cur && *cur)
+        return;
+    /* the default device's (a second implementation never runs these tests) */
+    int best = best_opencl_device();
+    clvarlen_device_info info;
+    if (!tu_second_device() && best >= 0 &&
+        clvarlen_device_query(best, &info) == CLVARLEN_SUCCESS &&
+        info.vendor != CLVARLEN_VENDOR_NVIDIA)
+        setenv("CLVARLEN_BUILD_OPTIONS", opt, 1);
+}
+
 const char *tu_cl_device_spec(void)
 {
     static char spec[32];

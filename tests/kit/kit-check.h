@@ -55,6 +55,19 @@ const char *tu_cl_device_spec(void);
  * they would only spend its compiler's time. Callable when a suite is built.
  */
 int tu_second_device(void);
+/**
+ * For the tests of the NVIDIA tensor-core kernels' emulated forms: with on,
+ * when the test device is not NVIDIA's (so the forms run emulated), sets
+ * CLVARLEN_BUILD_OPTIONS=-cl-opt-disable, which the library appends to every
+ * program's options (and so to its cache key); with 0, clears what it set.
+ * The emulated forms exist to check the fragment bookkeeping, which the
+ * optimiser does not change; their real builds are NVIDIA's. PoCL builds
+ * them about 4x faster unoptimised (gated delta: 112 s against 431 s for
+ * the check's tensor-core cases on 2 cores, 2026-11-30), which is most of
+ * their tests' time. A CLVARLEN_BUILD_OPTIONS of the caller's is left alone.
+ * Only call inside a test body.
+ */
+void tu_emulated_forms(int on);
 /** A context on the test's OpenCL device (fails the test if none). */
 clvarlen_context *tu_cl_context(void);
 /** A context on the CPU fallback. */
