@@ -120,8 +120,10 @@ if [ -z "$run_list" ]; then
 fi
 
 # The cases in $jobs groups of about equal time, longest first into the group
-# with the least so far. The seconds are CI's (2 cores, 2026-11-28) for the
-# cases over 10 s, estimates for the slow ones; any other case counts 1.
+# with the least so far. The seconds are a CI run's (2 cores, 2026-11-30) for
+# the cases over 3 s, estimates for the slow ones; any other case counts 1.
+# Keep them current: a case missing here counts 1, and one such (366 s) had
+# left the two processes at 829 s and 470 s.
 if [ -z "$jobs" ]; then
     jobs=$(nproc 2>/dev/null || echo 1)
     [ "$jobs" -gt 4 ] && jobs=4
@@ -132,12 +134,14 @@ esac
 # shellcheck disable=SC2086 # the list is case names
 groups=$(python3 - "$jobs" $run_list <<'PYEND'
 import sys
-secs = {"gdn-chunked-f32-k16": 193, "attn-bwd-mma-bf16-d16-causal": 131,
-        "attention-wgmma-bf16-d64-gqa-causal": 128, "attention-mma-bf16-d32-causal": 76,
-        "attn-bwd-f16-d32-f32grad": 39, "attention-mma-f16-d16": 38,
-        "attn-bwd-bf16-d16-drop-qpos-clmem": 23, "gdn-chunked-f16-gpu-tiles": 21,
-        "paged-mma-gather-prefill-bf16-d16": 20, "paged-mma-decode-bf16-d16-split": 19,
-        "attn-bwd-f32-d16-causal": 12, "paged-mma-prefill-bf16-d16-ps1": 12,
+secs = {"attn-bwd-wgmma-bf16-d64-causal": 366, "gdn-chunked-f32-k16": 238,
+        "attention-wgmma-bf16-d64-gqa-causal": 196, "attn-bwd-mma-bf16-d16-causal": 142,
+        "attention-mma-bf16-d32-causal": 88, "paged-mma-gather-prefill-bf16-d16": 52,
+        "attn-bwd-f16-d32-f32grad": 46, "attention-mma-f16-d16": 42,
+        "attn-bwd-bf16-d16-drop-qpos-clmem": 32, "attn-bwd-f32-d16-causal": 29,
+        "paged-mma-prefill-bf16-d16-ps1": 27, "gdn-chunked-f16-gpu-tiles": 25,
+        "paged-mma-decode-bf16-d16-split": 24, "segment-cp-unfused": 5,
+        "attention-bf16-d64-window-softcap": 4, "paged-mma-decode-f16-d16-mha-split-clmem": 4,
         "gdn-chunked-mma-bf16": 900, "gdn-chunked-mma-bf16-kv-long-clmem": 900,
         "gdn-chunked-mma-fused-f16": 900, "gdn-chunked-bf16-kv-long": 110,
         "attn-bwd-mma-f16-d16-qpos-clmem": 70}
