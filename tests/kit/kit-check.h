@@ -64,7 +64,8 @@ int tu_second_device(void);
  * optimiser does not change; their real builds are NVIDIA's. PoCL builds
  * them about 4x faster unoptimised (gated delta: 112 s against 431 s for
  * the check's tensor-core cases on 2 cores, 2026-11-30), which is most of
- * their tests' time. A CLVARLEN_BUILD_OPTIONS of the caller's is left alone.
+ * their tests' time. Another CLVARLEN_BUILD_OPTIONS of the caller's is left
+ * alone, both ways.
  * Only call inside a test body.
  */
 void tu_emulated_forms(int on);
