@@ -95,25 +95,15 @@ def dump_programs(tool, profile, outdir, env_extra):
     # The programs are built and run on PoCL only to pick and dump them: PoCL
     # compiles without optimisation (-cl-opt-disable), which takes a sixth of
     # the time (about 85 s a profile against 500 s on 2 cores, 2026-11-28).
-    # The dumped options are the library's, without this flag. Unoptimised
-    # binaries must not reach a cache that other tests load: the caches are
-    # the check's own, unless the environment already asks PoCL for
-    # unoptimised builds (the test setup: then its caches are those of
-    # test-device-profile, which builds the same programs so, and whichever of
-    # the two runs second finds most of them built).
-    inherited = '-cl-opt-disable' in os.environ.get('POCL_EXTRA_BUILD_FLAGS', '').split()
+    # The dumped options are the library's, without this flag. Both caches are
+    # the check's own, so no other test loads these binaries.
     flags = (os.environ.get('POCL_EXTRA_BUILD_FLAGS', '') + ' -cl-opt-disable').strip()
     caches = os.path.join(os.path.dirname(outdir), 'caches')
-    pocl_cache = os.path.join(caches, 'pocl')
-    clvarlen_cache = os.path.join(caches, 'clvarlen')
-    if inherited and os.environ.get('POCL_CACHE_DIR') and os.environ.get('CLVARLEN_CACHE_DIR'):
-        pocl_cache = os.environ['POCL_CACHE_DIR']
-        clvarlen_cache = os.environ['CLVARLEN_CACHE_DIR']
-    os.makedirs(pocl_cache, mode=0o700, exist_ok=True)
-    os.makedirs(clvarlen_cache, mode=0o700, exist_ok=True)
+    os.makedirs(os.path.join(caches, 'pocl'), mode=0o700, exist_ok=True)
+    os.makedirs(os.path.join(caches, 'clvarlen'), mode=0o700, exist_ok=True)
     env = dict(os.environ, CLVARLEN_DEVICE_PROFILE=profile, CLVARLEN_SOURCE_DUMP=outdir,
-               POCL_EXTRA_BUILD_FLAGS=flags, POCL_CACHE_DIR=pocl_cache,
-               CLVARLEN_CACHE_DIR=clvarlen_cache, **env_extra)
+               POCL_EXTRA_BUILD_FLAGS=flags, POCL_CACHE_DIR=os.path.join(caches, 'pocl'),
+               CLVARLEN_CACHE_DIR=os.path.join(caches, 'clvarlen'), **env_extra)
     device = os.environ.get('CLVARLEN_TEST_DEVICE') or 'pocl'
     r = run([tool, 'precompile', '--device', device], env=env)
     return r.returncode, r.stdout + r.stderr
