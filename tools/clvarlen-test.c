@@ -10,6 +10,7 @@
  */
 #include "config.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -36,7 +37,8 @@ static void print_help(void)
         "  check              compare every implemented op with the CPU fallback (default)\n"
         "  bench              copy bandwidth, then GB/s of every benchmark\n"
         "  precompile         build every kernel for f32, f16, bf16 and head dims 64, 128\n"
-        "                     ahead of time (the program cache keeps them)\n"
+        "                     ahead of time (the program cache keeps them); --op\n"
+        "                     narrows it to families or ops, --heads sets the heads\n"
         "\n"
         "Options:\n"
         "  --device D         cpu, opencl, all, an index from 'list', or a substring of the\n"
@@ -47,6 +49,7 @@ static void print_help(void)
         "  --op NAME          only ops whose name starts with NAME, or of family NAME\n"
         "                     (=NAME: only the op named NAME)\n"
         "                     (segment, attention, gated-delta; short: seg, attn, gdn)\n"
+        "  --heads Q:KV       precompile: query and key/value heads (default 32:8)\n"
         "  --list-ops         the ops, their families and commands\n"
         "  --json             one JSON document on stdout\n"
         "  --jsonl            JSON lines on stdout, one per result as it arrives\n"
@@ -93,6 +96,38 @@ static int parse_check_case(ct_options *opt)
     return 0;
 }
 
+/* --seed S (decimal, or hex with 0x); 0 or -1 (malformed). */
+static int parse_seed(const char *value, uint64_t *seed)
+{
+    char *end;
+    errno = 0;
+    int hex = value[0] == '0' && (value[1] == 'x' || value[1] == 'X');
+    unsigned long long s = strtoull(value, &end, hex ? 16 : 10);
+    if (errno || *end || value[0] == '-')
+        return -1;
+    *seed = (uint64_t)s;
+    return 0;
+}
+
+/* precompile --heads Q:KV; 0 or -1 (malformed). */
+static int parse_heads(const char *value, ct_options *opt)
+{
+    char *end;
+    errno = 0;
+    if (!isdigit((unsigned char)value[0]))
+        return -1;
+    long q = strtol(value, &end, 10);
+    if (errno || *end != ':' || !isdigit((unsigned char)end[1]))
+        return -1;
+    const char *k = end + 1;
+    long kv = strtol(k, &end, 10);
+    if (errno || *end || q < 1 || kv < 1 || q > 4096 || kv > q || q % kv)
+        return -1;
+    opt->heads_q = (int)q;
+    opt->heads_kv = (int)kv;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     ct_options opt;
@@ -103,7 +138,6 @@ int main(int argc, char **argv)
     opt.check_case = -1;
     const char *cmd = NULL;
     int seen_quick = 0, seen_seed = 0, seen_min_mb = 0, seen_device = 0, seen_op = 0;
-
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (a[0] != '-' || a[1] == '\0') {
@@ -138,7 +172,7 @@ int main(int argc, char **argv)
         name[len] = '\0';
         int takes_value = !strcmp(name, "--device") || !strcmp(name, "--op") ||
                           !strcmp(name, "--seed") || !strcmp(name, "--min-mb") ||
-                          !strcmp(name, "--case");
+                          !strcmp(name, "--case") || !strcmp(name, "--heads");
         int is_flag = !strcmp(name, "--json") || !strcmp(name, "--quick") ||
                       !strcmp(name, "--progress") || !strcmp(name, "--jsonl");
         if (!takes_value && !is_flag)
@@ -173,28 +207,28 @@ int main(int argc, char **argv)
         } else if (!strcmp(name, "--op")) {
             opt.op = value;
             seen_op = 1;
+        } else if (!strcmp(name, "--heads")) {
+            if (parse_heads(value, &opt) != 0)
+                return usage_error("--heads: '%s' is not Q:KV with 1 <= KV <= Q <= 4096 and "
+                                   "Q a multiple of KV", value);
         } else if (!strcmp(name, "--seed")) {
-            char *end;
-            errno = 0;
-            int hex = value[0] == '0' && (value[1] == 'x' || value[1] == 'X');
-            unsigned long long s = strtoull(value, &end, hex ? 16 : 10);
-            if (errno || *end || value[0] == '-')
+            if (parse_seed(value, &opt.seed) != 0)
                 return usage_error("--seed: '%s' is not an unsigned integer", value);
-            opt.seed = (uint64_t)s;
             seen_seed = 1;
         } else { /* --min-mb */
             char *end;
             errno = 0;
-            double m = strtod(value, &end);
-            if (errno || *end || !(m > 0.0) || m > 1e7)
+            opt.min_mbytes = strtod(value, &end);
+            if (errno || *end || !(opt.min_mbytes > 0.0) || opt.min_mbytes > 1e7)
                 return usage_error("--min-mb: '%s' is not a positive number of megabytes",
                                    value);
-            opt.min_mbytes = m;
             seen_min_mb = 1;
         }
     }
     if (!cmd)
         cmd = "check";
+    if (opt.heads_q && strcmp(cmd, "precompile"))
+        return usage_error("--heads applies to 'precompile' only");
     if (!strcmp(cmd, "list")) {
         if (seen_device || seen_op || seen_quick || seen_seed || seen_min_mb)
             return usage_error("'list' takes only --json");
@@ -208,8 +242,9 @@ int main(int argc, char **argv)
         return ct_cmd_check(&opt);
     }
     if (!strcmp(cmd, "precompile")) {
-        if (seen_op || seen_seed || seen_min_mb)
-            return usage_error("'precompile' takes --device, --quick and --progress");
+        if (seen_seed || seen_min_mb || opt.cases)
+            return usage_error("'precompile' takes --device, --op, --heads, --quick and "
+                               "--progress");
         return ct_cmd_precompile(&opt);
     }
     return ct_cmd_bench(&opt);

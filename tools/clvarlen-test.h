@@ -34,6 +34,7 @@ typedef struct ct_options {
     const char *cases;    /* --case: bench cases whose name contains it, NULL: all */
     int check_case;       /* --case N with check: only random case N of each op; -1: all */
     int progress;         /* --progress (or stderr a terminal): progress lines on stderr */
+    int heads_q, heads_kv; /* precompile --heads Q:KV; 0: the library's default */
 } ct_options;
 
 /* 1 if the context's device is a GPU or an accelerator (benches pick their shapes by it). */
