@@ -205,8 +205,10 @@ char *tu_make_temp_dir(const char *tag)
 {
     char base[4096];
     const char *cache = getenv("CLVARLEN_CACHE_DIR");
-    const char *tmp = getenv("TMPDIR");
-    if (cache && cache[0] == '/') {
+    const char *tmp = getenv("TMPDIR"), *test_tmp = getenv("CLVARLEN_TEST_TMPDIR");
+    if (test_tmp && test_tmp[0] == '/') {
+        snprintf(base, sizeof base, "%s", test_tmp);
+    } else if (cache && cache[0] == '/') {
         /* The parent of the build tree's kernel cache: stays inside the build directory. */
         snprintf(base, sizeof base, "%s", cache);
         char *slash = strrchr(base, '/');

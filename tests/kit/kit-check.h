@@ -89,8 +89,9 @@ void tu_assert_bytes_eq(const void *got, const void *want, size_t n, const char 
 void tu_assert_i32_eq(const int32_t *got, const int32_t *want, int64_t n, const char *label);
 void tu_assert_i64_eq(const int64_t *got, const int64_t *want, int64_t n, const char *label);
 
-/** A fresh directory (mkdtemp) beside CLVARLEN_CACHE_DIR when that is set (the build
- * tree), else in TMPDIR or /tmp; malloc'ed path. */
+/** A fresh directory (mkdtemp) in CLVARLEN_TEST_TMPDIR (the tests' environment sets it
+ * in the build tree), else beside CLVARLEN_CACHE_DIR when that is a path, else in
+ * TMPDIR or /tmp; malloc'ed path. */
 char *tu_make_temp_dir(const char *tag);
 
 /** Runs a suite with CK_ENV-style defaults and returns the process exit code. */

@@ -64,8 +64,9 @@ def main():
     # CLVARLEN_BUILD_OPTIONS=-cl-opt-disable (121 s against 292 s cold for the
     # wgmma form's attention check on PoCL on 2 cores, 2026-11-30), as the op
     # tests build the emulated forms (tu_emulated_forms), and with the tests'
-    # kernel cache, so that a program both build is built once: the option is
-    # part of the cache key. Run alone, the kernel cache is the check's own.
+    # caches (the library's off, PoCL's shared: tests/meson.build), so that a
+    # program both build is built once: the option is part of PoCL's cache
+    # key. Run alone, the library's kernel cache is the check's own.
     cache = os.environ.get("CLVARLEN_CACHE_DIR") or os.path.join(work, "cache")
     for kernel, op, tuning, bwd_tuning, gdn_tuning in runs:
         env = dict(os.environ, CLVARLEN_SOURCE_DUMP=dump, CLVARLEN_ATTENTION_KERNEL=kernel,
