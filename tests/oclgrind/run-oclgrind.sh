@@ -135,7 +135,7 @@ esac
 groups=$(python3 - "$jobs" $run_list <<'PYEND'
 import sys
 secs = {"attn-bwd-wgmma-bf16-d64-causal": 366, "gdn-chunked-f32-k16": 238,
-        "attention-wgmma-bf16-d64-gqa-causal": 196, "attn-bwd-mma-bf16-d16-causal": 142,
+        "attention-wgmma-bf16-d64-gqa-causal": 196, "attn-bwd-mma-bf16-d16-causal": 64,
         "attention-mma-bf16-d32-causal": 88, "paged-mma-gather-prefill-bf16-d16": 52,
         "attn-bwd-f16-d32-f32grad": 46, "attention-mma-f16-d16": 42,
         "attn-bwd-bf16-d16-drop-qpos-clmem": 32, "attn-bwd-f32-d16-causal": 29,
