@@ -84,8 +84,7 @@
 #if defined(Q_SMEM) || defined(CV_PAGED) ||                                                  \
     !(BLOCK_M == 64 && BLOCK_N == 64 && (HEAD_DIM == 64 || HEAD_DIM == 96 || HEAD_DIM == 128) || \
       BLOCK_M == 64 && BLOCK_N == 32 && HEAD_DIM == 256 && !CV_WG_QS ||                         \
-      BLOCK_M == 128 && BLOCK_N == 32 && HEAD_DIM <= 128 && CV_WG_QS ||                         \
-      BLOCK_M == 192 && BLOCK_N == 64 && HEAD_DIM <= 128 && CV_WG_QS)
+      BLOCK_M == 128 && BLOCK_N == 32 && HEAD_DIM <= 128 && CV_WG_QS)
 #error "CV_WGMMA: BLOCK_M x BLOCK_N 64 x 64 (HEAD_DIM 64/96/128), 64 x 32 (256, not CV_WG_QS) or 128 x 32 (<= 128, CV_WG_QS); packed K/V"
 #endif
 /* CV_WG_SW: the K and V tiles in the 128-byte swizzled layout (default), 0
@@ -113,29 +112,6 @@
 #error "CV_WG_QS needs CV_WG_SW"
 #endif
 #define WG_QLOCAL CV_WG_QS
-/* CV_WG_RING=NS (BLOCK_M 192, BLOCK_N 64, CV_WG_QS, HEAD_DIM <= 128,
- * contiguous K/V): three warpgroups, each the products of its 64 rows as in
- * the 64-row form, share each K and V tile, so that each byte read through L2
- * serves 192 query rows. The tiles go through a ring of NS slots in local
- * memory (NVIDIA's OpenCL gives a static array up to 226 KiB): tile t in slot
- * t % NS, staged NS - 1 tiles ahead by warpgroups 0 and 1 (RING_LDR
- * work-items) with cp.async, whose completion arrives on the slot's "full"
- * mbarrier; each work-item arrives on the slot's "empty" mbarrier once its
- * warpgroup's O += P V of the tile is done. A slot is refilled only when all
- * three have released it, which leaves the warpgroups free to drift up to a
- * tile apart (their softmax and products interleave, as three work-groups of
- * the 64-row form do on an SM) instead of meeting at a barrier per tile. */
-#ifndef CV_WG_RING
-#define CV_WG_RING 0
-#endif
-#if CV_WG_RING
-#if !WG_QLOCAL || BLOCK_M != 192 || BLOCK_N != 64 || HEAD_DIM > 128 || defined(CV_PAGED) ||      \
-    CV_WG_RING < 2
-#error "CV_WG_RING: BLOCK_M 192, BLOCK_N 64, CV_WG_QS, HEAD_DIM <= 128, packed K/V, 2+ slots"
-#endif
-#define RING_LDR 256 /* the work-items that stage K and V: warpgroups 0 and 1 */
-#define SW_NT RING_LDR
-#endif
 #else
 #define KV_TILE (BLOCK_N * SROW)
 #define WG_QLOCAL 0
@@ -148,12 +124,7 @@
  * memory too, whose tiles fill 48 KiB (an
  * unaligned array makes its check fail, and the mma.sync form runs); there
  * `range` lives in the V tile, which is not written before the range is read. */
-#if CV_WG_RING /* the ring's mbarriers: full[s] at ring_bar[s], empty[s] at [NS + s] */
-#define SMEM_DECL                                                                              \
-    __local ushort smem[SMEM_ELEMS] __attribute__((aligned(1024)));                            \
-    __local ulong ring_bar[2 * CV_WG_RING]
-#define RANGE_DECL __local int range[4]
-#elif WG_QLOCAL
+#if WG_QLOCAL
 #define SMEM_DECL __local ushort smem[SMEM_ELEMS] __attribute__((aligned(1024)))
 #define RANGE_DECL __local int *range = (__local int *)(smem + KV_BASE + KV_TILE)
 #elif defined(CV_WGMMA) && CV_WG_SW
@@ -165,13 +136,7 @@
 #define SMEM_DECL __local ushort smem[SMEM_ELEMS] __attribute__((aligned(128)))
 #define RANGE_DECL __local int range[4]
 #endif
-#ifndef CV_WG_RING
-#define CV_WG_RING 0
-#endif
-#ifndef SW_NT
-#define SW_NT WG_SIZE /* the work-items that stage a K or V tile */
-#endif
-#define KV_ELEMS (2 * KV_TILE * (CV_WG_RING ? CV_WG_RING : 1))
+#define KV_ELEMS (2 * KV_TILE)
 #if WG_QLOCAL
 #define Q_IN_REGS 0
 #define SMEM_ELEMS (BLOCK_M * WG_DPAD + KV_ELEMS)
@@ -193,61 +158,6 @@
 // clvarlen-include: nv-wgmma-async.clh
 // clvarlen-include: nv-wgmma-once.clh
 // clvarlen-include: attention-nv-tile.clh
-
-#if CV_WG_RING
-/* The ring's mbarriers (CV_WG_RING above): sm_90 PTX, written as comments
- * that the loader's patch step turns into instructions (cl/nv-wgmma.clh).
- * Emulated, every wait is a work-group barrier and arrivals do nothing: the
- * emulated cp.async has completed when it returns, and the warpgroups run in
- * step, so the barriers order each slot's reads before its refill. */
-#if defined(CV_NV_PTX) && defined(CV_SM90A)
-inline void ring_init(__local ulong *b, uint count)
-{
-    asm volatile("// CVW mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"((uint)(size_t)b),
-                 "r"(count)
-                 : "memory");
-}
-/* Arrives on b once this work-item's cp.async so far have completed (the
- * arrival counted in b's expected count). */
-inline void ring_arrive_cp(__local ulong *b)
-{
-    asm volatile("// CVW cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(
-                     (uint)(size_t)b)
-                 : "memory");
-}
-inline void ring_arrive(__local ulong *b)
-{
-    asm volatile("{ .reg .b64 st;\n\t// CVW mbarrier.arrive.shared::cta.b64 st, [%0];\n\t}" ::"r"(
-                     (uint)(size_t)b)
-                 : "memory");
-}
-/* Returns once the phase of b with this parity has completed. */
-inline void ring_wait(__local ulong *b, uint parity)
-{
-    uint done = 0;
-    while (!done)
-        asm volatile("{ .reg .pred p; setp.ne.u32 p, 0, 0;\n\t"
-                     "// CVW mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-                     "selp.u32 %0, 1, 0, p; }"
-                     : "=r"(done)
-                     : "r"((uint)(size_t)b), "r"(parity)
-                     : "memory");
-}
-/* ring_wait where cond holds (emulated: a barrier, unconditionally, since
- * PoCL mishandles barriers under conditions that vary between iterations) */
-#define RING_WAIT_IF(cond, b, parity)                                                          \
-    do {                                                                                       \
-        if (cond)                                                                              \
-            ring_wait(b, parity);                                                              \
-    } while (0)
-#else
-#define ring_init(b, count) ((void)(b), (void)(count))
-#define ring_arrive_cp(b) ((void)(b))
-#define ring_arrive(b) ((void)(b))
-#define ring_wait(b, parity) ((void)(b), (void)(parity), barrier(CLK_LOCAL_MEM_FENCE))
-#define RING_WAIT_IF(cond, b, parity) ring_wait(b, parity)
-#endif
-#endif
 
 /* Stages rows ROWEXPR(rr_) for rr_ = 0 .. nrows - 1 of a token-major tensor
  * (this head's HEAD_DIM elements at column offset col0) into `dst` rows
@@ -298,7 +208,7 @@ inline void ring_wait(__local ulong *b, uint parity)
  * reads four whole 128-byte rows and writes 512 contiguous bytes, and its
  * local offsets and global addresses are fixed per work-item up to a
  * constant step. */
-#define SW_RPP (SW_NT / 8) /* rows per pass: 16, or 32 with two warpgroups */
+#define SW_RPP (WG_SIZE / 8) /* rows per pass: 16, or 32 with two warpgroups */
 #define STAGE_SW(dst, base, j0, nrows, stride, col0)                                            \
     do {                                                                                       \
         const int c_ = lid & 7, r0_ = lid >> 3;                                                \
@@ -307,7 +217,7 @@ inline void ring_wait(__local ulong *b, uint parity)
             (base) + ((size_t)(KV_ROW(j0) * (stride) + (col0)) + (size_t)(c_ * 8)) * 2;         \
         __global const uchar *pr_ = p0_ + (size_t)r0_ * (size_t)(stride) * 2;                  \
         UNROLL                                                                                 \
-        for (int i_ = 0; i_ < BLOCK_N * WG_DPAD / 8 / SW_NT; i_++) {                           \
+        for (int i_ = 0; i_ < BLOCK_N * WG_DPAD / 8 / WG_SIZE; i_++) {                         \
             const int m_ = i_ % (BLOCK_N / SW_RPP), h_ = i_ / (BLOCK_N / SW_RPP);              \
             const bool ok_ = r0_ + SW_RPP * m_ < (nrows);                                      \
             __global const uchar *src_ =                                                       \
@@ -318,20 +228,8 @@ inline void ring_wait(__local ulong *b, uint parity)
         }                                                                                      \
     } while (0)
 /* The Q tile of CV_WG_QS is staged once by STAGE_SW_ROWS (cl/nv-wgmma.clh). */
-#if CV_WG_RING /* staged by the first SW_NT work-items only */
-#define STAGE_SW_RING(dst, base, j0, nrows, stride, col0)                                       \
-    do {                                                                                       \
-        if (lid < SW_NT)                                                                       \
-            STAGE_SW(dst, base, j0, nrows, stride, col0);                                      \
-    } while (0)
-#define STAGE_K(dst, ROWS, base, j0, nrows, stride, col0)                                       \
-    STAGE_SW_RING(dst, base, j0, nrows, stride, col0)
-#define STAGE_V(dst, ROWS, base, j0, nrows, stride, col0)                                       \
-    STAGE_SW_RING(dst, base, j0, nrows, stride, col0)
-#else
 #define STAGE_K(dst, ROWS, base, j0, nrows, stride, col0) STAGE_SW(dst, base, j0, nrows, stride, col0)
 #define STAGE_V(dst, ROWS, base, j0, nrows, stride, col0) STAGE_SW(dst, base, j0, nrows, stride, col0)
-#endif
 /* K as the K-major operand: 8-key groups 1024 bytes apart (sbo), a k16 step
  * 32 bytes along the row, every fourth into the next column block; V as the
  * N-major one: 8-key groups 1024 bytes apart (sbo), column blocks BLOCK_N *
@@ -417,19 +315,11 @@ inline void ring_wait(__local ulong *b, uint parity)
     WG_SS(32, 4, 0, 1, acc, WG_QA, K_LBO, K_SBO, K_STEP, BLOCK_M * 128, Ks, K_LBO, K_SBO, K_STEP, \
           K_STEP4)
 #endif
-#else
-/* Q's rows for this warpgroup's products: 192-row tiles (CV_WG_RING) as the
- * 128-row ones above, the 64-row tile at smem. */
-#if BLOCK_M == 192
-#define WG_QA (smem + (warp >> 2) * (64 * 64))
-#else
-#define WG_QA smem
-#endif
-#if HEAD_DIM == 128
+#elif HEAD_DIM == 128
 #define WG_PV(acc, a, z) WG_RS1(128, 4, 1, KV_SW, acc, a, Vs, V_LBO, V_SBO, V_STEP, V_STEP4)
 #if WG_QLOCAL /* Q from local memory (its tile at smem, K's layout) */
 #define WG_QK(acc, a, z)                                                                       \
-    WG_SS(64, 8, 0, 1, acc, WG_QA, K_LBO, K_SBO, K_STEP, BLOCK_M * 128, Ks, K_LBO, K_SBO, K_STEP, \
+    WG_SS(64, 8, 0, 1, acc, smem, K_LBO, K_SBO, K_STEP, BLOCK_M * 128, Ks, K_LBO, K_SBO, K_STEP, \
           K_STEP4)
 #else
 #define WG_QK(acc, a, z) WG_RS(64, 8, 0, KV_SW, acc, a, Ks, K_LBO, K_SBO, K_STEP, K_STEP4, z)
@@ -451,7 +341,7 @@ inline void ring_wait(__local ulong *b, uint parity)
 #define WG_PV(acc, a, z) WG_RS1(96, 4, 1, KV_SW, acc, a, Vs, V_LBO, V_SBO, V_STEP, V_STEP4)
 #if WG_QLOCAL
 #define WG_QK(acc, a, z)                                                                       \
-    WG_SS(64, 6, 0, 1, acc, WG_QA, K_LBO, K_SBO, K_STEP, BLOCK_M * 128, Ks, K_LBO, K_SBO, K_STEP, \
+    WG_SS(64, 6, 0, 1, acc, smem, K_LBO, K_SBO, K_STEP, BLOCK_M * 128, Ks, K_LBO, K_SBO, K_STEP, \
           K_STEP4)
 #else
 #define WG_QK(acc, a, z) WG_RS(64, 6, 0, KV_SW, acc, a, Ks, K_LBO, K_SBO, K_STEP, K_STEP4, z)
@@ -460,14 +350,13 @@ inline void ring_wait(__local ulong *b, uint parity)
 #define WG_PV(acc, a, z) WG_RS1(64, 4, 1, KV_SW, acc, a, Vs, V_LBO, V_SBO, V_STEP, V_STEP4)
 #if WG_QLOCAL
 #define WG_QK(acc, a, z)                                                                       \
-    WG_SS(64, 4, 0, 1, acc, WG_QA, K_LBO, K_SBO, K_STEP, BLOCK_M * 128, Ks, K_LBO, K_SBO, K_STEP, \
+    WG_SS(64, 4, 0, 1, acc, smem, K_LBO, K_SBO, K_STEP, BLOCK_M * 128, Ks, K_LBO, K_SBO, K_STEP, \
           K_STEP4)
 #else
 #define WG_QK(acc, a, z) WG_RS(64, 4, 0, KV_SW, acc, a, Ks, K_LBO, K_SBO, K_STEP, K_STEP4, z)
 #endif
-#endif /* HEAD_DIM */
-#endif /* BLOCK_M */
-#endif /* CV_WGMMA */
+#endif
+#endif
 
 /* -DCV_GQA_PACK: one work-group per (query tile, KV head, split), its rows
  * the pairs (query i, head of the group hh) in the order i * group + hh, so
@@ -607,12 +496,6 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
         range[1] = -1;      /* largest visible key */
         range[2] = -1;      /* largest lo over the valid rows */
         range[3] = INT_MAX; /* smallest hi over the valid rows */
-#if CV_WG_RING
-        for (int i = 0; i < CV_WG_RING; i++) {
-            ring_init(&ring_bar[i], RING_LDR);              /* full: the stagers' copies */
-            ring_init(&ring_bar[CV_WG_RING + i], WG_SIZE); /* empty: every work-item */
-        }
-#endif
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (t4 == 0) {
@@ -628,9 +511,6 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
         }
     }
     cp_async_wait_all();
-#if CV_WG_RING
-    fence_proxy_async(); /* Q's tile: the loop below has no other fence before its products */
-#endif
     barrier(CLK_LOCAL_MEM_FENCE);
     const int kmin = range[0], kmax = range[1], max_lo = range[2], min_hi = range[3];
 
@@ -679,55 +559,14 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
         STAGE_KEYS_LOCAL(Ks, kb_, 0, min(BLOCK_N, kmax + 1 - kmin), k_stride, kvh * HEAD_DIM);
         cp_async_commit();
     }
-#elif !CV_WG_RING /* (the ring stages its first tiles itself) */
+#else
     if (nblocks > 0) {
         STAGE_K(Ks, BLOCK_N, kb_, kmin, min(BLOCK_N, kmax + 1 - kmin), k_stride,
                    kvh * HEAD_DIM);
         cp_async_commit();
     }
 #endif
-#if CV_WG_RING
-    /* Tile t (keys kmin + 64 t ..) into slot t % NS: K, then V; the stagers'
-     * copies arrive on the slot's full mbarrier as they complete. */
-#define RING_STAGE(t)                                                                          \
-    do {                                                                                       \
-        const int kt_ = kmin + (t) * BLOCK_N, sl_ = (t) % CV_WG_RING;                          \
-        __local ushort *kd_ = smem + KV_BASE + sl_ * (2 * KV_TILE);                            \
-        STAGE_K(kd_, BLOCK_N, kb_, kt_, min(BLOCK_N, kmax + 1 - kt_), k_stride, kvh * HEAD_DIM); \
-        STAGE_V(kd_ + KV_TILE, BLOCK_N, vb, kt_, min(BLOCK_N, kmax + 1 - kt_), v_stride,        \
-                kvh * HEAD_DIM);                                                               \
-        if (lid < RING_LDR)                                                                    \
-            ring_arrive_cp(&ring_bar[sl_]);                                                    \
-    } while (0)
-    for (int t = 0; t + 1 < CV_WG_RING && t < nblocks; t++)
-        RING_STAGE(t);
-    for (int blk = 0; blk < nblocks; blk++) {
-        const int kb = kmin + blk * BLOCK_N, sl = blk % CV_WG_RING;
-        __local ushort *Ks = smem + KV_BASE + sl * (2 * KV_TILE), *Vs = Ks + KV_TILE;
-        ring_wait(&ring_bar[sl], (uint)(blk / CV_WG_RING) & 1u); /* tile blk has arrived */
-        fence_proxy_async(); /* for the tensor cores, which read it */
-        /* Tile blk + NS - 1 into the slot of tile blk - 1, once all three
-         * warpgroups have released it (the first NS - 1 tiles went in above). */
-        const int pv = blk > 0 ? blk - 1 : CV_WG_RING - 1; /* (tile -1: slot NS - 1, unused) */
-        RING_WAIT_IF(blk > 0 && blk + CV_WG_RING - 1 < nblocks && lid < RING_LDR,
-                     &ring_bar[CV_WG_RING + pv % CV_WG_RING], (uint)(pv / CV_WG_RING) & 1u);
-        if (blk + CV_WG_RING - 1 < nblocks)
-            RING_STAGE(blk + CV_WG_RING - 1);
-        float4 s[NT_S];
-        UNROLL
-        for (int n = 0; n < NT_S; n++)
-            s[n] = (float4)(0.0f);
-        WG_QK(s, qf, qz);
-        const bool full = kb >= max_lo && kb + BLOCK_N - 1 <= min_hi;
-        uint4 pa[BLOCK_N / 16];
-        float al[2];
-        attn_tile_scores(s, fold, sl2, softcap, full, kb, t4, lo[0], hi[0], lo[1], hi[1]);
-        attn_tile_softmax(s, pa, m, l, f, al, oacc[0] EMU_ARG);
-        WG_PV(oacc[0], pa, qz);
-        ring_arrive(&ring_bar[CV_WG_RING + sl]); /* this work-item is done with the slot */
-    }
-#undef RING_STAGE
-#elif CV_ATTN_PIPE
+#if CV_ATTN_PIPE
     /* The pipeline. Before iteration blk: P of tile blk in pa, m and l
      * through it, O through tile blk - 1; tile blk + 1's K and tile blk's V
      * staged (committed in that order). Iteration blk issues S = Q K^T of
