@@ -84,8 +84,7 @@
 #if defined(Q_SMEM) || defined(CV_PAGED) ||                                                  \
     !(BLOCK_M == 64 && BLOCK_N == 64 && (HEAD_DIM == 64 || HEAD_DIM == 96 || HEAD_DIM == 128) || \
       BLOCK_M == 64 && BLOCK_N == 32 && HEAD_DIM == 256 && !CV_WG_QS ||                         \
-      BLOCK_M == 128 && BLOCK_N == 32 && HEAD_DIM <= 128 && CV_WG_QS ||                         \
-      BLOCK_M == 192 && BLOCK_N == 64 && HEAD_DIM <= 128 && CV_WG_QS)
+      BLOCK_M == 128 && BLOCK_N == 32 && HEAD_DIM <= 128 && CV_WG_QS)
 #error "CV_WGMMA: BLOCK_M x BLOCK_N 64 x 64 (HEAD_DIM 64/96/128), 64 x 32 (256, not CV_WG_QS) or 128 x 32 (<= 128, CV_WG_QS); packed K/V"
 #endif
 /* CV_WG_SW: the K and V tiles in the 128-byte swizzled layout (default), 0
@@ -113,29 +112,6 @@
 #error "CV_WG_QS needs CV_WG_SW"
 #endif
 #define WG_QLOCAL CV_WG_QS
-/* CV_WG_RING=NS (BLOCK_M 192, BLOCK_N 64, CV_WG_QS, HEAD_DIM <= 128,
- * contiguous K/V): three warpgroups, each the products of its 64 rows as in
- * the 64-row form, share each K and V tile, so that each byte read through L2
- * serves 192 query rows. The tiles go through a ring of NS slots in local
- * memory (NVIDIA's OpenCL gives a static array up to 226 KiB): tile t in slot
- * t % NS, staged NS - 1 tiles ahead by warpgroups 0 and 1 (RING_LDR
- * work-items) with cp.async, whose completion arrives on the slot's "full"
- * mbarrier; each work-item arrives on the slot's "empty" mbarrier once its
- * warpgroup's O += P V of the tile is done. A slot is refilled only when all
- * three have released it, which leaves the warpgroups free to drift up to a
- * tile apart (their softmax and products interleave, as three work-groups of
- * the 64-row form do on an SM) instead of meeting at a barrier per tile. */
-#ifndef CV_WG_RING
-#define CV_WG_RING 0
-#endif
-#if CV_WG_RING
-#if !WG_QLOCAL || BLOCK_M != 192 || BLOCK_N != 64 || HEAD_DIM > 128 || defined(CV_PAGED) ||      \
-    CV_WG_RING < 2
-#error "CV_WG_RING: BLOCK_M 192, BLOCK_N 64, CV_WG_QS, HEAD_DIM <= 128, packed K/V, 2+ slots"
-#endif
-#define RING_LDR 256 /* the work-items that stage K and V: warpgroups 0 and 1 */
-#define SW_NT RING_LDR
-#endif
 #else
 #define KV_TILE (BLOCK_N * SROW)
 #define WG_QLOCAL 0
@@ -148,12 +124,7 @@
  * memory too, whose tiles fill 48 KiB (an
  * unaligned array makes its check fail, and the mma.sync form runs); there
  * `range` lives in the V tile, which is not written before the range is read. */
-#if CV_WG_RING /* the ring's mbarriers: full[s] at ring_bar[s], empty[s] at [NS + s] */
-#define SMEM_DECL                                                                              \
-    __local ushort smem[SMEM_ELEMS] __attribute__((aligned(1024)));                            \
-    __local ulong ring_bar[2 * CV_WG_RING]
-#define RANGE_DECL __local int range[4]
-#elif WG_QLOCAL
+#if WG_QLOCAL
 #define SMEM_DECL __local ushort smem[SMEM_ELEMS] __attribute__((aligned(1024)))
 #define RANGE_DECL __local int *range = (__local int *)(smem + KV_BASE + KV_TILE)
 #elif defined(CV_WGMMA) && CV_WG_SW
@@ -165,19 +136,11 @@
 #define SMEM_DECL __local ushort smem[SMEM_ELEMS] __attribute__((aligned(128)))
 #define RANGE_DECL __local int range[4]
 #endif
-#ifndef CV_WG_RING
-#define CV_WG_RING 0
-#endif
-#ifndef SW_NT
-#define SW_NT WG_SIZE /* the work-items that stage a K or V tile */
-#endif
-#define KV_ELEMS (2 * KV_TILE * (CV_WG_RING ? CV_WG_RING : 1))
+#define KV_ELEMS (2 * KV_TILE)
 #if WG_QLOCAL
 #define Q_IN_REGS 0
-/* CV_WG_RING: two Q tiles (the current item's and the next's) */
-#define Q_BUFS (CV_WG_RING ? 2 : 1)
-#define SMEM_ELEMS (Q_BUFS * BLOCK_M * WG_DPAD + KV_ELEMS)
-#define KV_BASE (Q_BUFS * BLOCK_M * WG_DPAD)
+#define SMEM_ELEMS (BLOCK_M * WG_DPAD + KV_ELEMS)
+#define KV_BASE (BLOCK_M * WG_DPAD)
 #elif !defined(Q_SMEM)
 #define Q_IN_REGS 1
 #define SMEM_ELEMS (Q_ELEMS > KV_ELEMS ? Q_ELEMS : KV_ELEMS)
@@ -195,7 +158,6 @@
 // clvarlen-include: nv-wgmma-async.clh
 // clvarlen-include: nv-wgmma-once.clh
 // clvarlen-include: attention-nv-tile.clh
-
 
 /* Stages rows ROWEXPR(rr_) for rr_ = 0 .. nrows - 1 of a token-major tensor
  * (this head's HEAD_DIM elements at column offset col0) into `dst` rows
@@ -246,7 +208,7 @@
  * reads four whole 128-byte rows and writes 512 contiguous bytes, and its
  * local offsets and global addresses are fixed per work-item up to a
  * constant step. */
-#define SW_RPP (SW_NT / 8) /* rows per pass: 16, or 32 with two warpgroups */
+#define SW_RPP (WG_SIZE / 8) /* rows per pass: 16, or 32 with two warpgroups */
 #define STAGE_SW(dst, base, j0, nrows, stride, col0)                                            \
     do {                                                                                       \
         const int c_ = lid & 7, r0_ = lid >> 3;                                                \
@@ -255,7 +217,7 @@
             (base) + ((size_t)(KV_ROW(j0) * (stride) + (col0)) + (size_t)(c_ * 8)) * 2;         \
         __global const uchar *pr_ = p0_ + (size_t)r0_ * (size_t)(stride) * 2;                  \
         UNROLL                                                                                 \
-        for (int i_ = 0; i_ < BLOCK_N * WG_DPAD / 8 / SW_NT; i_++) {                           \
+        for (int i_ = 0; i_ < BLOCK_N * WG_DPAD / 8 / WG_SIZE; i_++) {                         \
             const int m_ = i_ % (BLOCK_N / SW_RPP), h_ = i_ / (BLOCK_N / SW_RPP);              \
             const bool ok_ = r0_ + SW_RPP * m_ < (nrows);                                      \
             __global const uchar *src_ =                                                       \
@@ -266,20 +228,8 @@
         }                                                                                      \
     } while (0)
 /* The Q tile of CV_WG_QS is staged once by STAGE_SW_ROWS (cl/nv-wgmma.clh). */
-#if CV_WG_RING /* staged by the first SW_NT work-items only */
-#define STAGE_SW_RING(dst, base, j0, nrows, stride, col0)                                       \
-    do {                                                                                       \
-        if (lid < SW_NT)                                                                       \
-            STAGE_SW(dst, base, j0, nrows, stride, col0);                                      \
-    } while (0)
-#define STAGE_K(dst, ROWS, base, j0, nrows, stride, col0)                                       \
-    STAGE_SW_RING(dst, base, j0, nrows, stride, col0)
-#define STAGE_V(dst, ROWS, base, j0, nrows, stride, col0)                                       \
-    STAGE_SW_RING(dst, base, j0, nrows, stride, col0)
-#else
 #define STAGE_K(dst, ROWS, base, j0, nrows, stride, col0) STAGE_SW(dst, base, j0, nrows, stride, col0)
 #define STAGE_V(dst, ROWS, base, j0, nrows, stride, col0) STAGE_SW(dst, base, j0, nrows, stride, col0)
-#endif
 /* K as the K-major operand: 8-key groups 1024 bytes apart (sbo), a k16 step
  * 32 bytes along the row, every fourth into the next column block; V as the
  * N-major one: 8-key groups 1024 bytes apart (sbo), column blocks BLOCK_N *
@@ -365,19 +315,11 @@
     WG_SS(32, 4, 0, 1, acc, WG_QA, K_LBO, K_SBO, K_STEP, BLOCK_M * 128, Ks, K_LBO, K_SBO, K_STEP, \
           K_STEP4)
 #endif
-#else
-/* Q's rows for this warpgroup's products: 192-row tiles (CV_WG_RING) as the
- * 128-row ones above, the 64-row tile at smem. */
-#if BLOCK_M == 192 /* wq: the Q buffer of the current item (attn_fwd_ring) */
-#define WG_QA (wq + (warp >> 2) * (64 * 64))
-#else
-#define WG_QA smem
-#endif
-#if HEAD_DIM == 128
+#elif HEAD_DIM == 128
 #define WG_PV(acc, a, z) WG_RS1(128, 4, 1, KV_SW, acc, a, Vs, V_LBO, V_SBO, V_STEP, V_STEP4)
 #if WG_QLOCAL /* Q from local memory (its tile at smem, K's layout) */
 #define WG_QK(acc, a, z)                                                                       \
-    WG_SS(64, 8, 0, 1, acc, WG_QA, K_LBO, K_SBO, K_STEP, BLOCK_M * 128, Ks, K_LBO, K_SBO, K_STEP, \
+    WG_SS(64, 8, 0, 1, acc, smem, K_LBO, K_SBO, K_STEP, BLOCK_M * 128, Ks, K_LBO, K_SBO, K_STEP, \
           K_STEP4)
 #else
 #define WG_QK(acc, a, z) WG_RS(64, 8, 0, KV_SW, acc, a, Ks, K_LBO, K_SBO, K_STEP, K_STEP4, z)
@@ -399,7 +341,7 @@
 #define WG_PV(acc, a, z) WG_RS1(96, 4, 1, KV_SW, acc, a, Vs, V_LBO, V_SBO, V_STEP, V_STEP4)
 #if WG_QLOCAL
 #define WG_QK(acc, a, z)                                                                       \
-    WG_SS(64, 6, 0, 1, acc, WG_QA, K_LBO, K_SBO, K_STEP, BLOCK_M * 128, Ks, K_LBO, K_SBO, K_STEP, \
+    WG_SS(64, 6, 0, 1, acc, smem, K_LBO, K_SBO, K_STEP, BLOCK_M * 128, Ks, K_LBO, K_SBO, K_STEP, \
           K_STEP4)
 #else
 #define WG_QK(acc, a, z) WG_RS(64, 6, 0, KV_SW, acc, a, Ks, K_LBO, K_SBO, K_STEP, K_STEP4, z)
@@ -408,14 +350,13 @@
 #define WG_PV(acc, a, z) WG_RS1(64, 4, 1, KV_SW, acc, a, Vs, V_LBO, V_SBO, V_STEP, V_STEP4)
 #if WG_QLOCAL
 #define WG_QK(acc, a, z)                                                                       \
-    WG_SS(64, 4, 0, 1, acc, WG_QA, K_LBO, K_SBO, K_STEP, BLOCK_M * 128, Ks, K_LBO, K_SBO, K_STEP, \
+    WG_SS(64, 4, 0, 1, acc, smem, K_LBO, K_SBO, K_STEP, BLOCK_M * 128, Ks, K_LBO, K_SBO, K_STEP, \
           K_STEP4)
 #else
 #define WG_QK(acc, a, z) WG_RS(64, 4, 0, KV_SW, acc, a, Ks, K_LBO, K_SBO, K_STEP, K_STEP4, z)
 #endif
-#endif /* HEAD_DIM */
-#endif /* BLOCK_M */
-#endif /* CV_WGMMA */
+#endif
+#endif
 
 /* -DCV_GQA_PACK: one work-group per (query tile, KV head, split), its rows
  * the pairs (query i, head of the group hh) in the order i * group + hh, so
@@ -438,7 +379,6 @@
 #define ROWS_PER_Q 1
 #endif
 
-#if !CV_WG_RING /* (the ring form's kernel is attn_fwd_ring, below) */
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1)))
 void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
                   __global const uchar *k, ulong k_off, long k_stride,
@@ -868,12 +808,6 @@ void attn_fwd_mma(__global const uchar *q, ulong q_off, long q_stride,
     }
 }
 
-#endif /* !CV_WG_RING */
-
-#if CV_WG_RING
-// clvarlen-include: attention-nv-ring.clh
-#endif
-
 #ifdef CV_WGMMA
 /* The check of the wgmma form, run once before the form is used (see the
  * header): one work-group of WG_SIZE computes S = Q K^T (BLOCK_M x BLOCK_N)
@@ -892,9 +826,6 @@ void attn_wgmma_check(__global const uchar *in, __global float *out)
     const int lid = get_local_id(0);
     const int warp = lid >> 5, lane = lid & 31, g = lane >> 2, t4 = lane & 3;
     const int k0 = 0; /* KV_ROW */
-#if CV_WG_RING
-    __local ushort *wq = smem; /* WG_QA */
-#endif
     const size_t tile = (size_t)BLOCK_M * HEAD_DIM * 2, ktile = (size_t)BLOCK_N * HEAD_DIM * 2;
 #if WG_QLOCAL
     STAGE_SW_ROWS(smem, BLOCK_M, in, (long)rr_ * HEAD_DIM, BLOCK_M);

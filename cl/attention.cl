@@ -87,10 +87,8 @@ __kernel void attn_worklist(__global const int *cu_base, ulong cu_off, int n_seq
         tile_cu[n_seqs] = acc;
     barrier(CLK_GLOBAL_MEM_FENCE);
     const int total = min(tile_cu[n_seqs], capacity);
-    if (lid == 0) {
+    if (lid == 0)
         wl[0] = total;
-        wl[1] = 0; /* the items attn_fwd_ring's work-groups have claimed */
-    }
     for (int g = lid; g < total; g += nt) {
         /* The position of tile g: the last p with tile_cu[p] <= g. */
         int lo = 0, hi = n_seqs;

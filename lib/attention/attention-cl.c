@@ -121,22 +121,11 @@ static bool wgmma_qs(const cv_attn_desc *d)
  * only) two warpgroups sharing 32-key K and V tiles, so that each byte of K
  * and V read through L2 serves twice the rows (cl/attention-nv.cl): slower on
  * an H200 at every head dim (docs/PERFORMANCE.md), so 64 unless
- * CLVARLEN_ATTENTION_TUNING wgm=128; 192 rows (wgm=192, head dim <= 128) three
- * warpgroups sharing 64-key tiles through a ring of ring=NS slots (default
- * 3; CV_WG_RING of cl/attention-nv.cl). */
+ * CLVARLEN_ATTENTION_TUNING wgm=128. */
 static void wgmma_tile(const cv_attn_desc *d, int *bm, int *bn)
 {
-    const int want = wgmma_qs(d) ? cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "wgm", 64) : 64;
-    *bm = want == 128 || (want == 192 && d->head_dim <= 128) ? want : 64;
+    *bm = wgmma_qs(d) && cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "wgm", 64) == 128 ? 128 : 64;
     *bn = d->head_dim == 256 || *bm == 128 ? 32 : 64;
-}
-
-/* The ring's slots for 192-row tiles (2 to 4: 96 KiB of K and V tiles at 3,
- * beside Q's 48 KiB, at head dim 128). */
-static int wgmma_ring(void)
-{
-    const int ns = cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "ring", 3);
-    return ns < 2 ? 2 : ns > 4 ? 4 : ns;
 }
 
 /* Whether a forward call takes the wgmma form of the tensor-core kernel: not
@@ -185,7 +174,7 @@ static clvarlen_status wgmma_ready(clvarlen_context *ctx, const char *fn, const 
                                  [d->head_dim == 64    ? 0
                                   : d->head_dim == 96  ? 1
                                   : d->head_dim == 128 ? 2
-                                                       : 3][bm == 128 ? 1 : bm == 192 ? 2 : 0];
+                                                       : 3][bm == 128];
     if (*state == 0) {
         clvarlen_status st = cv_attn_wgmma_check(ctx, d, bm, bn, options);
         if (st == CLVARLEN_SUCCESS) {
@@ -225,12 +214,8 @@ static void wgmma_options(const clvarlen_context *ctx, const cv_attn_desc *d,
                       cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "pipe", 0) != 0;
     snprintf(options, size,
              "-DCV_DTYPE=%d -DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DCV_WGMMA=1 -DCV_WG_SW=%d"
-             "%s%s%s%s%s%s%s",
+             "%s%s%s%s%s%s",
              cv_dtype_kernel_code(d->dtype), (int)d->head_dim, bm, bn, swz,
-             bm == 192 ? (wgmma_ring() == 2   ? " -DCV_WG_RING=2"
-                          : wgmma_ring() == 4 ? " -DCV_WG_RING=4"
-                                              : " -DCV_WG_RING=3")
-                       : "",
              wgmma_qs(d) ? " -DCV_WG_QS=1" : "",
              pack ? " -DCV_GQA_PACK=1" : "", nv ? " -DCV_NV_PTX=1 " CV_SM90A_OPTION : "",
              cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "ex2", 1) ? "" : " -DCV_NV_EX2=0",
@@ -504,9 +489,7 @@ static cl_int worklist_args(cl_kernel kernel, const cv_attn_desc *d, const cv_at
      * longest first, which the backward gains from but the forward did not
      * (H100, bf16 D 128: 16 x 16384 1047.0 against 1047.8 us, causal 592.6
      * against 597.1, 128 x 8192 147.8 against 149.9). */
-    cl_int order = cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "lpt", cfg->block_m == 192)
-                       ? CV_WL_LONGEST_FIRST
-                       : 0;
+    cl_int order = cv_attn_knob("CLVARLEN_ATTENTION_TUNING", "lpt", 0) ? CV_WL_LONGEST_FIRST : 0;
     cl_ulong cu_q_off = m->cu_q_off;
     cv_args a = cv_args_begin(kernel);
     CV_ARG(a, m->cu_q);
@@ -684,10 +667,7 @@ clvarlen_status cv_attn_cl_forward(cv_chain *c, const char *fn, const cv_attn_de
     const bool one_tile = pack && pack->one_tile;
     const int64_t capacity = t.capacity;
 
-    /* 192-row tiles: the persistent ring form (cl/attention-nv-ring.clh), at
-     * most one work-group per compute unit, each running items G apart. */
-    const bool ring = cfg.mma && cfg.block_m == 192;
-    const char *name = ring ? "attn_fwd_ring" : cfg.mma ? "attn_fwd_mma" : "attn_fwd";
+    const char *name = cfg.mma ? "attn_fwd_mma" : "attn_fwd";
     cl_kernel build = NULL, attn = NULL;
     if ((st = cv_get_kernel(ctx, "attention.cl", "-DCV_ATTN_AUX", "attn_worklist", &build)) !=
             CLVARLEN_SUCCESS ||
@@ -717,9 +697,6 @@ clvarlen_status cv_attn_cl_forward(cv_chain *c, const char *fn, const cv_attn_de
         return cv_cl_check(ctx, err, "clSetKernelArg(attention)");
     size_t local = (size_t)cfg.wg;
     size_t global = (size_t)capacity * (size_t)units * (size_t)splits * local;
-    if (ring && ctx->device.compute_units > 0 &&
-        global > (size_t)ctx->device.compute_units * local)
-        global = (size_t)ctx->device.compute_units * local;
     if ((st = cv_chain_run(c, attn, name, 1, &global, &local)) != CLVARLEN_SUCCESS || splits == 1)
         return st;
     return cv_attn_cl_merge_splits(c, d, m, wl, part_off, splits);

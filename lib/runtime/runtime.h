@@ -118,9 +118,9 @@ struct clvarlen_context {
                                 * chunked path: the fused portable kernel from then on */
     int exact_div;             /* f32 divide is correctly rounded (CL_DEVICE_SINGLE_FP_CONFIG) */
     /* The attention forward's wgmma form (sm_90a) per [f16, bf16] x [head dim 64, 96, 128,
-     * 256] x [64-row, 128-row, 192-row tiles]: 0 not tried, 1 built and its check passed, -1 refused
+     * 256] x [64-row, 128-row tiles]: 0 not tried, 1 built and its check passed, -1 refused
      * (the mma.sync form runs). */
-    int attn_wgmma[2][4][3];
+    int attn_wgmma[2][4][2];
     int attn_bwd_wgmma_refused; /* the driver refused the backward's wgmma form */
     /* Work space of the ops' command chains (cv_temp): kept across calls
      * because releasing a buffer that queued kernels still use blocks on some
