@@ -28,22 +28,27 @@
  * output (S in S^T Q^T, P, and D in D^T P^T unless CV_GDN_OSPLIT) are
  * rounded once: the output is 16-bit anyway.
  *
- * CV_GDN_WG (K 64 or 128, 4 or 8 warps): the same steps on Hopper's wgmma
+ * CV_GDN_WG (K 64 or 128, 8 warps): the same steps on Hopper's wgmma
  * (cl/nv-wgmma.clh; emulated elsewhere): each warpgroup's 64 V rows are the
  * A operand (from registers, the accumulators' fragments as above), every B
  * operand is read by descriptor from local memory in the 128-byte swizzled
- * layout: the k rows (K-major for X^T and S^T Q^T, N-major for the update),
- * T's rounded part and remainder and P as 64 x 64 tiles that the first stage
- * wrote already swizzled (built with CV_GDN_ROWS), copied as they are. The q
- * rows are loaded into registers after X^T and stored in T's place once D is
- * formed (CV_GDN_QREG), so their load overlaps v's, Y and D.
+ * layout: the k and q rows (K-major for X^T and S^T Q^T, the k rows N-major
+ * for the update), T's rounded part and remainder and P as 64 x 64 tiles that
+ * the first stage wrote already swizzled (built with CV_GDN_ROWS), copied as
+ * they are. There are two sets of these operands, and no work-group barrier
+ * in the loop: chunk c + 1's set is staged half-way through chunk c, guarded
+ * by mbarriers, and the two warpgroups take turns on the tensor cores (named
+ * barriers), so that one's splitting, scaling, loads and stores run beside the
+ * other's products (the section "Two warpgroups taking turns" of
+ * docs/PERFORMANCE.md: 10-17% faster than both running the same step at once).
  *
  * -D: CV_K (multiple of 16, <= 128), CV_V, CV_DT = CV_DTYPE (CV_DT_BF16 or
  * CV_DT_F16), CV_ST_DT, CV_SW (warps per work-group: 1, 2, 4 or 8),
  * CV_NV_PTX (NVIDIA), CV_GDN_WG (with CV_SM90A on NVIDIA). Local memory at
- * K = 128 and 8 warps: 47 KiB, 46 KiB with CV_GDN_WG (kept below 48 KiB, what
- * a `__local` argument may have on NVIDIA; static arrays, as here, may have up
- * to 226 KiB: docs/PERFORMANCE.md).
+ * K = 128 and 8 warps: 47 KiB, 119 KiB with CV_GDN_WG (static arrays, which
+ * NVIDIA's OpenCL allows up to 226 KiB, against 48 KiB for a `__local`
+ * argument: docs/PERFORMANCE.md; the host checks the wgmma form's need
+ * against that).
  */
 
 #ifndef CV_DTYPE
@@ -52,27 +57,11 @@
 #ifndef CV_SW
 #define CV_SW 8
 #endif
-/* Options of the wgmma form, off by default (on an H200 neither was faster:
- * docs/PERFORMANCE.md): the chunk's v values loaded before X^T (CV_GDN_VPRE),
- * the next chunk's T and P tiles copied during this chunk's state update
- * (CV_GDN_SPRE). */
-#ifndef CV_GDN_VPRE
-#define CV_GDN_VPRE 0
-#endif
-#ifndef CV_GDN_SPRE
-#define CV_GDN_SPRE 0
-#endif
 /* CV_GDN_L2PRE: the next chunk's k, q and v rows and its scratch asked into L2
  * (prefetch.global.L2, one per 128-byte line) as this chunk starts, so that
  * its staging waits for L2 rather than DRAM. */
 #ifndef CV_GDN_L2PRE
 #define CV_GDN_L2PRE 0
-#endif
-/* The wgmma form's q rows loaded into registers after X^T, while v, Y and D go
- * on, and stored to local memory once T is read (CV_GDN_QREG), instead of
- * copied there after D and waited for. */
-#ifndef CV_GDN_QREG
-#define CV_GDN_QREG 1
 #endif
 /* O's D^T P^T with D split (1) or rounded once (0; O is 16-bit, D P reaches
  * nothing else). */
@@ -285,8 +274,8 @@ inline void sc_l2_chunk(__global const ushort *k, long k_stride, __global const 
 #if CV_K != 64 && CV_K != 128
 #error "the wgmma scan takes K 64 or 128"
 #endif
-#if CV_SW != 4 && CV_SW != 8
-#error "the wgmma scan takes whole warpgroups"
+#if CV_SW != 8
+#error "the wgmma scan takes two warpgroups"
 #endif
 /* The wgmma operands in local memory (cl/nv-wgmma.clh, SW = 1): the k (or q)
  * rows in column blocks of 64 (GC * 128 bytes each), K-major for X^T and
@@ -307,14 +296,7 @@ inline void sc_l2_chunk(__global const ushort *k, long k_stride, __global const 
 #define SC_TT(acc, a, b) WG_RS1(64, 4, 0, 1, acc, a, b, 16, 1024, 32, SC_BLK)
 #define SC_TTC(acc, a, b) WG_RS(64, 4, 0, 1, acc, a, b, 16, 1024, 32, SC_BLK, zero)
 #define SC_TILE (GC * GC) /* a T or P tile, 16-bit elements */
-/* The second region: T's two tiles, then the q rows, at its start; P's tile
- * after both, so that it is copied with T */
-#define SC_P_AT (GC * CV_K > 2 * SC_TILE ? GC * CV_K : 2 * SC_TILE)
-#define SC_SMEM (GC * CV_K + SC_P_AT + SC_TILE)
 
-/* Rows r < nr of a chunk's k (or q) rows into dst, swizzled as above; rows
- * from nr on zero. cp.async where the rows are 16-byte units; the caller
- * commits, waits and fences. */
 #define SC_UNITS (GC * (CV_K / 8)) /* 16-byte units of a chunk's k (or q) rows */
 
 /* Unit e of the rows: its row and first column, and its place in the swizzled
@@ -327,6 +309,9 @@ inline int sc_sw_unit(int e, int *row, int *col)
     return blk * (GC * 64) + *row * 64 + ((c ^ (*row & 7)) << 3);
 }
 
+/* Rows r < nr of a chunk's k (or q) rows into dst, swizzled as above; rows
+ * from nr on zero. cp.async where the rows are 16-byte units, else plain
+ * stores. */
 inline void sc_stage_sw(__local ushort *dst, __global const ushort *src, long stride, int nr)
 {
     const bool vec = ((ulong)src & 15) == 0 && (stride & 7) == 0;
@@ -343,39 +328,124 @@ inline void sc_stage_sw(__local ushort *dst, __global const ushort *src, long st
     }
 }
 
-/* A work-item's share of sc_stage_sw's 16-byte units (unit lid + WG_SIZE j),
- * through registers: sc_load_sw loads them (rows past nr zero), sc_put_sw
- * stores them swizzled; the caller fences and waits. */
-#define SC_QU ((SC_UNITS + WG_SIZE - 1) / WG_SIZE)
-inline void sc_load_sw(uint4 *qr, __global const ushort *src, long stride, int nr)
-{
-    const bool vec = ((ulong)src & 15) == 0 && (stride & 7) == 0;
-    UNROLL
-    for (int j = 0; j < SC_QU; j++) {
-        const int e = get_local_id(0) + WG_SIZE * j;
-        int row, col;
-        sc_sw_unit(e, &row, &col);
-        qr[j] = sc_ld8(src + row * stride + col, e < SC_UNITS && row < nr ? 8 : 0, vec);
-    }
-}
-
-inline void sc_put_sw(__local ushort *dst, const uint4 *qr)
-{
-    UNROLL
-    for (int j = 0; j < SC_QU; j++) {
-        const int e = get_local_id(0) + WG_SIZE * j;
-        int row, col;
-        const int at = sc_sw_unit(e, &row, &col);
-        if (e < SC_UNITS)
-            *(__local uint4 *)(dst + at) = qr[j];
-    }
-}
-
 /* n16 16-byte units of a chunk's scratch into local memory, as they are. */
 inline void sc_copy(__local ushort *dst, __global const float *src, int n16)
 {
     for (int e = get_local_id(0); e < n16; e += WG_SIZE)
         cp_async16(dst + 8 * e, (__global const uchar *)src + 16 * e, 16);
+}
+
+/* Two sets of a chunk's operands (k rows, q rows, T's two tiles, P,
+ * the rows' factors), so that chunk c + 1's are staged while chunk c is
+ * worked on, guarded by mbarriers instead of work-group barriers: set s's
+ * "full" completes when every work-item's copies into it have landed, its
+ * "empty" when every work-item is done with it. The two warpgroups then take
+ * turns on the tensor cores (named barriers 1 and 2): warpgroup 0 issues a
+ * product, then warpgroup 1 its own while warpgroup 0 works on the result
+ * (splitting, Y, the scaling, the stores), so the one's arithmetic runs
+ * beside the other's products instead of both doing the same step at once. */
+#define PP_SET (2 * GC * CV_K + 3 * SC_TILE) /* k rows, q rows, T, P: 16-bit units */
+#if defined(CV_NV_PTX) && defined(CV_SM90A)
+inline void pp_init(__local ulong *b, uint count)
+{
+    asm volatile("// CVW mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"((uint)(size_t)b),
+                 "r"(count)
+                 : "memory");
+}
+/* Arrives on b once this work-item's cp.async so far have landed. */
+inline void pp_arrive_cp(__local ulong *b)
+{
+    asm volatile("// CVW cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(
+                     (uint)(size_t)b)
+                 : "memory");
+}
+inline void pp_arrive(__local ulong *b)
+{
+    asm volatile("{ .reg .b64 st;\n\t// CVW mbarrier.arrive.shared::cta.b64 st, [%0];\n\t}" ::"r"(
+                     (uint)(size_t)b)
+                 : "memory");
+}
+/* Returns once the phase of b with this parity has completed. */
+inline void pp_wait(__local ulong *b, uint parity)
+{
+    uint done = 0;
+    while (!done)
+        asm volatile("{ .reg .pred p; setp.ne.u32 p, 0, 0;\n\t"
+                     "// CVW mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                     "selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done)
+                     : "r"((uint)(size_t)b), "r"(parity)
+                     : "memory");
+}
+#define PP_WAIT_IF(cond, b, parity)                                                            \
+    do {                                                                                       \
+        if (cond)                                                                              \
+            pp_wait(b, parity);                                                                \
+    } while (0)
+/* Named barriers 1 and 2 of 256 work-items (immediate ids, so that ptxas
+ * counts them): the turn of warpgroup wgi, waited for; the other's, given. */
+inline void pp_turn_begin(int wgi)
+{
+    if (wgi == 0)
+        asm volatile("bar.sync 1, 256;" ::: "memory");
+    else
+        asm volatile("bar.sync 2, 256;" ::: "memory");
+}
+inline void pp_turn_end(int wgi)
+{
+    if (wgi == 0)
+        asm volatile("bar.arrive 2, 256;" ::: "memory");
+    else
+        asm volatile("bar.arrive 1, 256;" ::: "memory");
+}
+#define PP_TURN_BEGIN(wgi) pp_turn_begin(wgi)
+#define PP_TURN_END(wgi) pp_turn_end(wgi)
+#define PP_START(wgi)                                                                          \
+    do {                                                                                       \
+        if ((wgi) == 1)                                                                        \
+            pp_turn_end(1);                                                                    \
+    } while (0)
+#define PP_FINISH(wgi)                                                                         \
+    do {                                                                                       \
+        if ((wgi) == 0)                                                                        \
+            pp_turn_begin(0);                                                                  \
+    } while (0)
+#else
+/* Emulated: the copies have landed when they return and every work-item runs
+ * the same steps, so each wait is a work-group barrier (unconditional: PoCL
+ * mishandles barriers under conditions that vary between iterations), and
+ * arrivals and turns do nothing. */
+#define pp_init(b, count) ((void)(b), (void)(count))
+#define pp_arrive_cp(b) ((void)(b))
+#define pp_arrive(b) ((void)(b))
+#define pp_wait(b, parity) ((void)(b), (void)(parity), barrier(CLK_LOCAL_MEM_FENCE))
+#define PP_WAIT_IF(cond, b, parity) pp_wait(b, parity)
+#define PP_TURN_BEGIN(wgi) ((void)(wgi))
+#define PP_TURN_END(wgi) ((void)(wgi))
+#define PP_START(wgi) ((void)(wgi))
+#define PP_FINISH(wgi) ((void)(wgi))
+#endif
+
+/* A chunk's operands into a set (every work-item its share), then each
+ * work-item's arrival on the set's full mbarrier: rows r < nr of k (kh) and q
+ * (qh), swizzled; T's two tiles, P and the rows' factors from the scratch sp. */
+inline void pp_stage(__local ushort *set, __local float *rows, __global const ushort *kh,
+                     long k_stride, __global const ushort *qh, long q_stride, int nr,
+                     __global const float *sp, __local ulong *full)
+{
+    sc_stage_sw(set, kh, k_stride, nr);
+    sc_stage_sw(set + GC * CV_K, qh, q_stride, nr);
+    sc_copy(set + 2 * GC * CV_K, sp, 3 * SC_TILE / 8); /* T's parts, then P (GDN_SCR_P) */
+    sc_copy((__local ushort *)rows, sp + GDN_SCR_ROWS, GDN_SCR_ROWS_N * 4 / 16);
+    const bool vec = ((ulong)kh & 15) == 0 && (k_stride & 7) == 0 && ((ulong)qh & 15) == 0 &&
+                     (q_stride & 7) == 0;
+    if (vec) {
+        pp_arrive_cp(full);
+    } else { /* rows stored as they are: their stores before the arrival */
+        cp_async_wait_all();
+        fence_proxy_async();
+        pp_arrive(full);
+    }
 }
 #endif
 
@@ -386,18 +456,22 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
      * P^T's fragments (P's tile) in the same place (local memory holds no more on
      * NVIDIA) */
 #ifdef CV_GDN_WG
-    /* swizzle atoms start 1024-byte aligned: the address is rounded up here
-     * rather than trusting a compiler with so large an alignment (PoCL) */
-    __local ushort smem_raw[SC_SMEM + 448] __attribute__((aligned(128)));
+    /* two sets of the chunk's operands (PP_SET), the rows' factors and the sets'
+     * mbarriers; swizzle atoms start 1024-byte aligned: the address is rounded up
+     * here rather than trusting a compiler with so large an alignment (PoCL) */
+    __local ushort smem_raw[2 * PP_SET + 448] __attribute__((aligned(128)));
+    __local float pp_rows[2][GDN_SCR_ROWS_N] __attribute__((aligned(16)));
+    __local ulong pp_bar[4];
     __local ushort *smem = (__local ushort *)(((size_t)smem_raw + 1023) & ~(size_t)1023);
-    __local ushort *Kc = smem, *R2 = smem + GC * CV_K;
 #else
     __local ushort smem[GC * KP + SC_R2_SHORTS] __attribute__((aligned(16)));
     __local ushort *Kc = smem, *Qc = smem + GC * KP;
     __local uint4 *Tl = (__local uint4 *)(smem + GC * KP);
     __local uint2 *Pl = (__local uint2 *)(smem + 2 * GC * KP);
 #endif
+#ifndef CV_GDN_WG
     __local float rows_l[GDN_SCR_ROWS_N]; /* e^G rk, beta, w, e^G rq, e^G_last */
+#endif
     __local uint4 xch[32 * CV_SW];        /* the warps' v and o exchange (sc_vload) */
     EMU_DECL
 #ifndef CV_NV_PTX
@@ -473,6 +547,153 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
 #endif
     const long base = bos / GC + n; /* the sequence's first chunk slot (see the host) */
 
+#ifdef CV_GDN_WG
+    /* Chunk ci's operands in set ci & 1 (CV_GDN_WG above): staged by every
+     * work-item half-way through chunk ci - 1 (chunk 0's before the loop),
+     * into the set chunk ci - 2 used once everyone is done with it. */
+    const int wgi = warp >> 2;
+    if (lid == 0)
+        for (int i = 0; i < 4; i++)
+            pp_init(&pp_bar[i], WG_SIZE); /* full 0, 1; empty 0, 1 */
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (bos < eos) {
+        const long at0 = base < n_slots ? base : 0;
+        pp_stage(smem, pp_rows[0], CV_CPTR(ushort, k, k_off) + bos * k_stride + (long)hq * CV_K,
+                 k_stride, CV_CPTR(ushort, q, q_off) + bos * q_stride + (long)hq * CV_K,
+                 q_stride, (int)min((long)GC, eos - bos),
+                 scr + (at0 * hcount + (h - h0)) * (long)GDN_SCR_FLOATS, &pp_bar[0]);
+    }
+    PP_START(wgi);
+    for (long c0 = bos, ci = 0; c0 < eos; c0 += GC, ci++) {
+        const int nr = (int)min((long)GC, eos - c0), s = (int)(ci & 1);
+        const long at = base + ci;
+        __local ushort *Kc = smem + s * PP_SET, *Qs = Kc + GC * CV_K, *Ts = Qs + GC * CV_K;
+        __local ushort *Ps = Ts + 2 * SC_TILE;
+        __local const float *rows_l = pp_rows[s];
+#if CV_GDN_L2PRE
+        if (c0 + GC < eos) {
+            const long an = at + 1 < n_slots ? at + 1 : 0;
+            const int v0 = vt * 16 * CV_SW;
+            sc_l2_chunk(CV_CPTR(ushort, k, k_off) + (c0 + GC) * k_stride + (long)hq * CV_K,
+                        k_stride,
+                        CV_CPTR(ushort, q, q_off) + (c0 + GC) * q_stride + (long)hq * CV_K,
+                        q_stride,
+                        (__global const ushort *)vb + (c0 + GC) * v_stride + (long)h * CV_V + v0,
+                        v_stride, min(16 * CV_SW, CV_V - v0), 0,
+                        (int)min((long)GC, eos - c0 - GC),
+                        scr + (an * hcount + (h - h0)) * (long)GDN_SCR_FLOATS);
+        }
+#endif
+        pp_wait(&pp_bar[s], (uint)(ci >> 1) & 1u); /* this chunk's operands have landed */
+        fence_proxy_async();
+
+        /* X^T = S^T K^T, then Y^T = beta (V^T - e^G rk X^T) */
+        float4 xt[NT_C];
+        UNROLL
+        for (int i = 0; i < NT_C; i++)
+            xt[i] = (float4)(0.0f);
+        {
+            uint4 ah[KSTEPS], al[KSTEPS];
+            UNROLL
+            for (int j = 0; j < KSTEPS; j++)
+                sc_afrag(sc[2 * j], sc[2 * j + 1], &ah[j], &al[j]);
+            PP_TURN_BEGIN(wgi);
+            SC_XK(xt, ah, Kc);
+#if CV_MMA_SPLIT
+            SC_XK(xt, al, Kc);
+#endif
+            PP_TURN_END(wgi);
+        }
+        uint vr[2 * NT_C];
+        sc_vload(vr, xw, vb, v_stride, c0, nr, h, vr0, vec_v);
+        sc_y(xt, rows_l, vr);
+
+        /* D^T = Y^T T^T */
+        float4 dt[NT_C];
+        UNROLL
+        for (int i = 0; i < NT_C; i++)
+            dt[i] = (float4)(0.0f);
+        {
+            uint4 ah[GC / 16], al[GC / 16];
+            UNROLL
+            for (int kb = 0; kb < GC / 16; kb++)
+                sc_afrag(xt[2 * kb], xt[2 * kb + 1], &ah[kb], &al[kb]);
+            PP_TURN_BEGIN(wgi);
+#if CV_MMA_SPLIT
+            SC_TTC(dt, ah, Ts);
+            SC_TT(dt, ah, Ts + SC_TILE);
+            SC_TT(dt, al, Ts);
+#else
+            SC_TT(dt, ah, Ts);
+#endif
+            PP_TURN_END(wgi);
+        }
+
+        /* the next chunk's operands into the other set, once chunk ci - 1 is
+         * done with it */
+        PP_WAIT_IF(ci > 0, &pp_bar[2 + (s ^ 1)], (uint)((ci - 1) >> 1) & 1u);
+        if (c0 + GC < eos) {
+            const long an = at + 1 < n_slots ? at + 1 : 0;
+            pp_stage(smem + (s ^ 1) * PP_SET, pp_rows[s ^ 1],
+                     CV_CPTR(ushort, k, k_off) + (c0 + GC) * k_stride + (long)hq * CV_K, k_stride,
+                     CV_CPTR(ushort, q, q_off) + (c0 + GC) * q_stride + (long)hq * CV_K, q_stride,
+                     (int)min((long)GC, eos - c0 - GC),
+                     scr + (an * hcount + (h - h0)) * (long)GDN_SCR_FLOATS, &pp_bar[s ^ 1]);
+        }
+
+        /* O^T = e^G rq (S^T Q^T) + D^T P^T, stored */
+        float4 ot[NT_C];
+        UNROLL
+        for (int i = 0; i < NT_C; i++)
+            ot[i] = (float4)(0.0f);
+        {
+            uint4 as[KSTEPS];
+            UNROLL
+            for (int j = 0; j < KSTEPS; j++) {
+                const float4 s0 = sc[2 * j], s1 = sc[2 * j + 1];
+                as[j] = (uint4)(pack2(s0.x, s0.y), pack2(s0.z, s0.w), pack2(s1.x, s1.y),
+                                pack2(s1.z, s1.w));
+            }
+            PP_TURN_BEGIN(wgi);
+            SC_XK(ot, as, Qs);
+            PP_TURN_END(wgi);
+        }
+        sc_oscale(ot, rows_l);
+        {
+            uint4 ah[GC / 16], al[GC / 16];
+            UNROLL
+            for (int kb = 0; kb < GC / 16; kb++)
+                sc_afrag(dt[2 * kb], dt[2 * kb + 1], &ah[kb], &al[kb]);
+            PP_TURN_BEGIN(wgi);
+            SC_TT(ot, ah, Ps);
+#if CV_MMA_SPLIT && CV_GDN_OSPLIT
+            SC_TT(ot, al, Ps);
+#endif
+            PP_TURN_END(wgi);
+        }
+        sc_store_o(ot, xw, ob, o_stride, c0, nr, h, vr0, vec_o);
+
+        /* S^T = e^(G_last) S^T + (D^T w) K */
+        const float eGl = rows_l[4 * GC];
+        UNROLL
+        for (int j = 0; j < NT_K; j++)
+            sc[j] *= eGl;
+        {
+            uint4 ah[GC / 16], al[GC / 16];
+            UNROLL
+            for (int kb = 0; kb < GC / 16; kb++)
+                sc_dw(dt[2 * kb], dt[2 * kb + 1], kb, rows_l, &ah[kb], &al[kb]);
+            PP_TURN_BEGIN(wgi);
+            SC_UPD(sc, ah);
+#if CV_MMA_SPLIT
+            SC_UPD(sc, al);
+#endif
+            PP_TURN_END(wgi);
+        }
+        pp_arrive(&pp_bar[2 + s]); /* this work-item is done with the set */
+    }
+    PP_FINISH(wgi);
+#else
     for (long c0 = bos, ci = 0; c0 < eos; c0 += GC, ci++) {
         const int nr = (int)min((long)GC, eos - c0);
         const long at = base + ci;
@@ -481,19 +702,10 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
         __global const ushort *kh = CV_CPTR(ushort, k, k_off) + c0 * k_stride + (long)hq * CV_K;
         __global const ushort *qh = CV_CPTR(ushort, q, q_off) + c0 * q_stride + (long)hq * CV_K;
         barrier(CLK_LOCAL_MEM_FENCE); /* the last chunk's readers are done */
-#ifdef CV_GDN_WG
-        sc_stage_sw(Kc, kh, k_stride, nr);
-        if (!CV_GDN_SPRE || ci == 0) { /* else copied during the last chunk's update */
-            sc_copy(R2, sp, 2 * SC_TILE / 8); /* T's rounded part, then its remainder */
-            sc_copy(R2 + SC_P_AT, sp + GDN_SCR_P, SC_TILE / 8);
-        }
-        cp_async_commit();
-#else
         gdn_stage_rows(Kc, kh, k_stride, nr);
         for (int e = lid; e < 32 * 32; e += WG_SIZE)
             if (SC_TILE_USED(e >> 7, (e >> 5) & 3))
                 Tl[e] = ((__global const uint4 *)sp)[e];
-#endif
 #if CV_GDN_L2PRE
         if (c0 + GC < eos) {
             const long an = at + 1 < n_slots ? at + 1 : 0;
@@ -506,38 +718,14 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
 #endif
         for (int e = lid; e < GDN_SCR_ROWS_N; e += WG_SIZE)
             rows_l[e] = sp[GDN_SCR_ROWS + e];
-#ifdef CV_GDN_WG
-        cp_async_wait_all();
-        fence_proxy_async();
-#endif
         barrier(CLK_LOCAL_MEM_FENCE);
 
         uint vr[2 * NT_C]; /* the chunk's v (sc_vload) */
-#if defined(CV_GDN_WG) && CV_GDN_VPRE
-        /* loaded before X^T, whose products hide their latency */
-        sc_vload(vr, xw, vb, v_stride, c0, nr, h, vr0, vec_v);
-#endif
         /* X^T = S^T K^T: B[k][i] = K[i][k] */
         float4 xt[NT_C];
         UNROLL
         for (int i = 0; i < NT_C; i++)
             xt[i] = (float4)(0.0f);
-#ifdef CV_GDN_WG
-        {
-            uint4 ah[KSTEPS], al[KSTEPS];
-            UNROLL
-            for (int s = 0; s < KSTEPS; s++)
-                sc_afrag(sc[2 * s], sc[2 * s + 1], &ah[s], &al[s]);
-            SC_XK(xt, ah, Kc);
-#if CV_MMA_SPLIT
-            SC_XK(xt, al, Kc);
-#endif
-        }
-#if CV_GDN_QREG
-        uint4 qr[SC_QU]; /* the q rows, stored after D */
-        sc_load_sw(qr, qh, q_stride, nr);
-#endif
-#else
         UNROLL
         for (int s = 0; s < KSTEPS; s++) {
             uint4 ah, al;
@@ -551,10 +739,7 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
                 xt[i + 1] = gdn_mma_xa(ah, al, kb.z, kb.w, xt[i + 1] GDN_EMU);
             }
         }
-#endif
-#if !defined(CV_GDN_WG) || !CV_GDN_VPRE
         sc_vload(vr, xw, vb, v_stride, c0, nr, h, vr0, vec_v);
-#endif
         sc_y(xt, rows_l, vr);
 
         /* D^T = Y^T T^T (T lower triangular: k-steps right of the diagonal skipped) */
@@ -562,21 +747,6 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
         UNROLL
         for (int i = 0; i < NT_C; i++)
             dt[i] = (float4)(0.0f);
-#ifdef CV_GDN_WG
-        {
-            uint4 ah[GC / 16], al[GC / 16];
-            UNROLL
-            for (int kb = 0; kb < GC / 16; kb++)
-                sc_afrag(xt[2 * kb], xt[2 * kb + 1], &ah[kb], &al[kb]);
-#if CV_MMA_SPLIT
-            SC_TTC(dt, ah, R2);
-            SC_TT(dt, ah, R2 + SC_TILE);
-            SC_TT(dt, al, R2);
-#else
-            SC_TT(dt, ah, R2);
-#endif
-        }
-#else
         UNROLL
         for (int kb = 0; kb < GC / 16; kb++) {
             uint4 ah, al;
@@ -587,25 +757,13 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
                 dt[i] = gdn_mma_xx(ah, al, f.x, f.y, f.z, f.w, dt[i] GDN_EMU);
             }
         }
-#endif
 
         /* T read by every warp: the q rows and P^T's fragments in its place */
         barrier(CLK_LOCAL_MEM_FENCE);
-#ifdef CV_GDN_WG
-#if CV_GDN_QREG
-        sc_put_sw(R2, qr);
-#else
-        sc_stage_sw(R2, qh, q_stride, nr);
-        cp_async_commit();
-        cp_async_wait_all();
-#endif
-        fence_proxy_async();
-#else
         gdn_stage_rows(Qc, qh, q_stride, nr);
         for (int e = lid; e < 32 * 32; e += WG_SIZE)
             if (SC_TILE_USED(e >> 7, (e >> 5) & 3))
                 Pl[e] = ((__global const uint2 *)(sp + GDN_SCR_P))[e];
-#endif
         barrier(CLK_LOCAL_MEM_FENCE);
 
         /* O^T = e^G rq (S^T Q^T) + D^T P^T, stored (after X^T: fewer live registers).
@@ -615,29 +773,6 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
         UNROLL
         for (int i = 0; i < NT_C; i++)
             ot[i] = (float4)(0.0f);
-#ifdef CV_GDN_WG
-        {
-            uint4 as[KSTEPS];
-            UNROLL
-            for (int s = 0; s < KSTEPS; s++) {
-                const float4 s0 = sc[2 * s], s1 = sc[2 * s + 1];
-                as[s] = (uint4)(pack2(s0.x, s0.y), pack2(s0.z, s0.w), pack2(s1.x, s1.y),
-                                pack2(s1.z, s1.w));
-            }
-            SC_XK(ot, as, R2);
-        }
-        sc_oscale(ot, rows_l);
-        {
-            uint4 ah[GC / 16], al[GC / 16];
-            UNROLL
-            for (int kb = 0; kb < GC / 16; kb++)
-                sc_afrag(dt[2 * kb], dt[2 * kb + 1], &ah[kb], &al[kb]);
-            SC_TT(ot, ah, R2 + SC_P_AT);
-#if CV_MMA_SPLIT && CV_GDN_OSPLIT
-            SC_TT(ot, al, R2 + SC_P_AT);
-#endif
-        }
-#else
         UNROLL
         for (int s = 0; s < KSTEPS; s++) {
             const float4 s0 = sc[2 * s], s1 = sc[2 * s + 1];
@@ -666,7 +801,6 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
 #endif
             }
         }
-#endif
         sc_store_o(ot, xw, ob, o_stride, c0, nr, h, vr0, vec_o);
 
         /* S^T = e^(G_last) S^T + (D^T w) K: B[k = i][n = kk] = K[i][kk] */
@@ -674,30 +808,6 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
         UNROLL
         for (int j = 0; j < NT_K; j++)
             sc[j] *= eGl;
-#ifdef CV_GDN_WG
-        {
-            uint4 ah[GC / 16], al[GC / 16];
-            UNROLL
-            for (int kb = 0; kb < GC / 16; kb++)
-                sc_dw(dt[2 * kb], dt[2 * kb + 1], kb, rows_l, &ah[kb], &al[kb]);
-#if CV_GDN_SPRE
-            /* every warp is done with the q rows and P: the next chunk's T and P
-             * into their places while the update runs (waited for at its start) */
-            barrier(CLK_LOCAL_MEM_FENCE);
-            if (c0 + GC < eos) {
-                const long an = at + 1 < n_slots ? at + 1 : 0;
-                __global const float *sn = scr + (an * hcount + (h - h0)) * (long)GDN_SCR_FLOATS;
-                sc_copy(R2, sn, 2 * SC_TILE / 8);
-                sc_copy(R2 + SC_P_AT, sn + GDN_SCR_P, SC_TILE / 8);
-                cp_async_commit();
-            }
-#endif
-            SC_UPD(sc, ah);
-#if CV_MMA_SPLIT
-            SC_UPD(sc, al);
-#endif
-        }
-#else
         UNROLL
         for (int kb = 0; kb < GC / 16; kb++) {
             uint4 ah, al;
@@ -713,8 +823,8 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
                 sc[j + 1] = gdn_mma_xa(ah, al, kb4.z, kb4.w, sc[j + 1] GDN_EMU);
             }
         }
-#endif
     }
+#endif /* CV_GDN_WG */
 
     if (slot >= 0 && (flags & GDN_WRITE_BACK)) {
         UNROLL

@@ -24,7 +24,7 @@ typedef struct gdn_tiles {
     int scan, sw;      /* ... as two stages (gdn_chunk_prep, gdn_chunk_scan; 0: the fused
                         * gdn_chunked_mma), the scan's warps per group */
     int wgmma;         /* ... the scan on wgmma (CV_GDN_WG; sm_90a, else emulated) */
-    int wgpre;         /* ... its prefetches: bits CV_GDN_VPRE, _SPRE, _L2PRE (NVIDIA) */
+    int wgpre;         /* ... its prefetch: bit 4 CV_GDN_L2PRE (NVIDIA) */
     int wgforce;       /* ... forced by the tuning (wgmma=1) */
     int wgbad;         /* ... its check made to fail (tests of the fallback) */
     int hper;          /* ... the first stage's value heads per work-group (at most) */
@@ -93,15 +93,16 @@ static size_t gdn_scan_local_bytes(int K, int sw, int ptx)
     return prep > scan ? prep : scan;
 }
 
-/* Local memory of gdn_chunk_scan's wgmma form (CV_GDN_WG): the k rows, then
- * T's two tiles or the q rows, and P's tile (16-bit), the 1024-byte alignment's
- * slack, the rows' factors, the warps' exchange and, emulated, the lanes' scratch. */
+/* Local memory of gdn_chunk_scan's wgmma form (CV_GDN_WG): two sets of the k and
+ * q rows, T's and P's tiles and the rows' factors, slack, mbarriers, the warps'
+ * exchange, emulated the lanes' scratch. Static arrays: NVIDIA's OpenCL allows up
+ * to GDN_NV_STATIC_LOCAL on 9.x, not the 48 KiB it reports (docs/PERFORMANCE.md). */
+#define GDN_NV_STATIC_LOCAL ((uint64_t)226 << 10)
 static size_t gdn_scan_wg_local_bytes(int K, int sw, int ptx)
 {
     const size_t tile = (size_t)GDN_CHUNK * GDN_CHUNK, rows = (size_t)GDN_CHUNK * K;
-    const size_t r2 = CV_MAX(rows, 2 * tile) + tile;
-    return (rows + r2 + 448) * 2 + GDN_SCR_ROWS_N * 4 + (size_t)512 * sw +
-           (ptx ? 0 : (size_t)32 * sw * 6 * 4);
+    return (2 * (2 * rows + 3 * tile) + 448) * 2 + 2 * GDN_SCR_ROWS_N * 4 + 4 * 8 +
+           (size_t)512 * sw + (ptx ? 0 : (size_t)32 * sw * 6 * 4);
 }
 
 /* Local memory of gdn_chunked, as declared there: the state, B and R tiles,
@@ -124,8 +125,8 @@ static size_t gdn_chunk_local_bytes(int K, int cvt, int ks)
  * check does not run), "scr=N" caps the two stages' scratch at N KiB (heads go in
  * smaller groups), "wgmma=0/1" turns the scan's wgmma form off or on (on: emulated off
  * Hopper; 2: on but not forced, as the default on Hopper: a failed check falls back),
- * "wgpre=N" the scan's prefetches (bits: 1 v before X^T, 2 the next T, P: wgmma form,
- * not faster on an H200; 4, default, NVIDIA: the next chunk's rows and scratch into L2),
+ * "wgpre=N" the scan's prefetch (4, default, NVIDIA: the next chunk's rows and scratch
+ * into L2; 0 off),
  * "wgbad=1" fails the form's check (tests), "hper=N" the first stage's value heads per
  * group (of one key head; GDN_PREP_HEADS), "preg=N" caps its registers on NVIDIA (PTX
  * patch step; 0: none; default GDN_PREP_NREG), "vec=0" keeps the token kernel's scalar
@@ -178,7 +179,7 @@ static void gdn_tuning_override(int *wg, int *vt, int *tk, int *cwg, int *cvt, i
         else if (!strcmp(key, "wgmma"))
             *wgmma = (int)CV_MIN(CV_MAX(val, 0), 2);
         else if (!strcmp(key, "wgpre"))
-            *wgpre = (int)val & 7;
+            *wgpre = (int)val & 4;
         else if (!strcmp(key, "wgbad"))
             *wgbad = val != 0;
         else if (!strcmp(key, "hper"))
@@ -213,9 +214,10 @@ static void gdn_resolve_mma(const clvarlen_context *ctx, const cv_gdn_problem *p
               gdn_scan_local_bytes((int)p->K, t->sw, t->ptx) <= local &&
               (uint64_t)32 * t->sw <= maxwg;
     /* the scan on wgmma: Hopper (sm_90a through the loader's PTX patch), K 64 or
-     * 128, whole warpgroups; wgmma=1 forces it anywhere (emulated off NVIDIA) */
-    t->wgmma = t->scan && (p->K == 64 || p->K == 128) && (t->sw == 4 || t->sw == 8) &&
-               gdn_scan_wg_local_bytes((int)p->K, t->sw, t->ptx) <= local &&
+     * 128, two warpgroups; wgmma=1 forces it anywhere (emulated off NVIDIA) */
+    const uint64_t wg_local = t->ptx && ctx->device.cc_major == 9 ? GDN_NV_STATIC_LOCAL : local;
+    t->wgmma = t->scan && (p->K == 64 || p->K == 128) && t->sw == 8 &&
+               gdn_scan_wg_local_bytes((int)p->K, t->sw, t->ptx) <= wg_local &&
                (wgmma > 0 || (wgmma < 0 && GDN_WGMMA_DEFAULT && t->ptx &&
                               ctx->device.cc_major == 9 && !ctx->gdn_wgmma_refused));
     if (wgmma > 0 && t->ptx && (ctx->device.cc_major != 9 || ctx->gdn_wgmma_refused))
@@ -316,19 +318,18 @@ static clvarlen_status gdn_kernel(clvarlen_context *ctx, const cv_gdn_problem *p
     if (scan || strcmp(name, "gdn_chunked_mma") == 0 || strcmp(name, "gdn_chunk_prep") == 0) {
         const int dt = cv_dtype_kernel_code(p->dtype);
         const bool prep = strcmp(name, "gdn_chunk_prep") == 0;
-        const int pf = scan ? t->wgpre & ((t->wgmma ? 3 : 0) | (t->ptx ? 4 : 0)) : 0;
+        const int pf = scan && t->ptx ? t->wgpre & 4 : 0;
         char preg[32] = "";
         if (prep && t->ptx && t->preg > 0)
             snprintf(preg, sizeof preg, " " CV_PTX_MAXNREG_OPTION "%d", t->preg);
         snprintf(opts, sizeof opts,
                  "-DCV_K=%d -DCV_V=%d -DCV_DT=%d -DCV_DTYPE=%d -DCV_ST_DT=%d -DCV_%s=%d "
-                 "-DCV_MMA_SPLIT=%d%s%s%s%s%s%s%s",
+                 "-DCV_MMA_SPLIT=%d%s%s%s%s%s",
                  (int)p->K, (int)p->V, dt, dt, cv_dtype_kernel_code(p->state_dtype),
                  scan ? "SW" : "MVT", scan ? t->sw : t->mvt, t->split,
                  t->ptx ? " -DCV_NV_PTX=1" : "", t->wgmma && prep ? " -DCV_GDN_ROWS=1" : "",
                  t->wgmma && scan ? (t->ptx ? " -DCV_GDN_WG=1 " CV_SM90A_OPTION : " -DCV_GDN_WG=1")
                                   : "",
-                 pf & 1 ? " -DCV_GDN_VPRE=1" : "", pf & 2 ? " -DCV_GDN_SPRE=1" : "",
                  pf & 4 ? " -DCV_GDN_L2PRE=1" : "", preg);
         return cv_get_kernel(ctx, scan ? "gated-delta-scan.cl" : "gated-delta-mma.cl", opts,
                              name, kernel);
