@@ -40,7 +40,8 @@
  * by mbarriers, and the two warpgroups take turns on the tensor cores (named
  * barriers), so that one's splitting, scaling, loads and stores run beside the
  * other's products (the section "Two warpgroups taking turns" of
- * docs/PERFORMANCE.md: 10-17% faster than both running the same step at once).
+ * docs/PERFORMANCE.md: the scan's time 10-17% lower than with both running the
+ * same step at once).
  *
  * -D: CV_K (multiple of 16, <= 128), CV_V, CV_DT = CV_DTYPE (CV_DT_BF16 or
  * CV_DT_F16), CV_ST_DT, CV_SW (warps per work-group: 1, 2, 4 or 8),
