@@ -39,9 +39,9 @@
  * in the loop: chunk c + 1's set is staged half-way through chunk c, guarded
  * by mbarriers, and the two warpgroups take turns on the tensor cores (named
  * barriers), so that one's splitting, scaling, loads and stores run beside the
- * other's products (the section "Two warpgroups taking turns" of
- * docs/PERFORMANCE.md: the scan's time 10-17% lower than with both running the
- * same step at once).
+ * other's products (docs/PERFORMANCE.md, the section "the scan's two
+ * warpgroups taking turns": the scan's time 10-17% lower than with both
+ * running the same step at once).
  *
  * -D: CV_K (multiple of 16, <= 128), CV_V, CV_DT = CV_DTYPE (CV_DT_BF16 or
  * CV_DT_F16), CV_ST_DT, CV_SW (warps per work-group: 1, 2, 4 or 8),
@@ -336,15 +336,16 @@ inline void sc_copy(__local ushort *dst, __global const float *src, int n16)
         cp_async16(dst + 8 * e, (__global const uchar *)src + 16 * e, 16);
 }
 
-/* Two sets of a chunk's operands (k rows, q rows, T's two tiles, P,
- * the rows' factors), so that chunk c + 1's are staged while chunk c is
- * worked on, guarded by mbarriers instead of work-group barriers: set s's
- * "full" completes when every work-item's copies into it have landed, its
- * "empty" when every work-item is done with it. The two warpgroups then take
- * turns on the tensor cores (named barriers 1 and 2): warpgroup 0 issues a
- * product, then warpgroup 1 its own while warpgroup 0 works on the result
- * (splitting, Y, the scaling, the stores), so the one's arithmetic runs
- * beside the other's products instead of both doing the same step at once. */
+/* The wgmma form's loop (pp_: "ping-pong"): two sets of a chunk's operands
+ * (k rows, q rows, T's two tiles, P, the rows' factors), so that chunk c + 1's
+ * are staged while chunk c is worked on, guarded by mbarriers instead of
+ * work-group barriers: set s's "full" completes when every work-item's copies
+ * into it have landed, its "empty" when every work-item is done with it. The
+ * two warpgroups then take turns on the tensor cores (named barriers 1 and
+ * 2): warpgroup 0 issues a product, then warpgroup 1 its own while warpgroup
+ * 0 works on the result (splitting, Y, the scaling, the stores), so the one's
+ * arithmetic runs beside the other's products instead of both doing the same
+ * step at once. */
 #define PP_SET (2 * GC * CV_K + 3 * SC_TILE) /* k rows, q rows, T, P: 16-bit units */
 #if defined(CV_NV_PTX) && defined(CV_SM90A)
 inline void pp_init(__local ulong *b, uint count)
