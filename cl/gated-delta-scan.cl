@@ -35,18 +35,18 @@
  * layout: the k and q rows (K-major for X^T and S^T Q^T, the k rows N-major
  * for the update), T's rounded part and remainder and P as 64 x 64 tiles that
  * the first stage wrote already swizzled (built with CV_GDN_ROWS), copied as
- * they are. There are two sets of these operands, and no work-group barrier
- * in the loop: chunk c + 1's set is staged half-way through chunk c, guarded
- * by mbarriers, and the two warpgroups take turns on the tensor cores (named
- * barriers), so that one's splitting, scaling, loads and stores run beside the
- * other's products (docs/PERFORMANCE.md, the section "the scan's two
- * warpgroups taking turns": the scan's time 10-17% lower than with both
- * running the same step at once).
+ * they are. There are two sets of these operands and of the chunk's v rows,
+ * and no work-group barrier in the loop: chunk c + 1's set is staged half-way
+ * through chunk c, guarded by mbarriers, and the two warpgroups take turns on
+ * the tensor cores (named barriers), so that one's splitting, scaling and
+ * stores run beside the other's products (docs/PERFORMANCE.md, the section
+ * "the scan's two warpgroups taking turns": the scan's time 10-17% lower than
+ * with both running the same step at once).
  *
  * -D: CV_K (multiple of 16, <= 128), CV_V, CV_DT = CV_DTYPE (CV_DT_BF16 or
  * CV_DT_F16), CV_ST_DT, CV_SW (warps per work-group: 1, 2, 4 or 8),
  * CV_NV_PTX (NVIDIA), CV_GDN_WG (with CV_SM90A on NVIDIA). Local memory at
- * K = 128 and 8 warps: 47 KiB, 119 KiB with CV_GDN_WG (static arrays, which
+ * K = 128 and 8 warps: 47 KiB, 153 KiB with CV_GDN_WG (static arrays, which
  * NVIDIA's OpenCL allows up to 226 KiB, against 48 KiB for a `__local`
  * argument: docs/PERFORMANCE.md; the host checks the wgmma form's need
  * against that).
@@ -64,6 +64,9 @@
 #ifndef CV_GDN_L2PRE
 #define CV_GDN_L2PRE 0
 #endif
+/* The wgmma form's staged v rows (the group's 16 CV_SW columns): their pitch,
+ * so that sc_vload_set reads them without bank conflicts. */
+#define PP_VP (16 * CV_SW + 8)
 /* O's D^T P^T with D split (1) or rounded once (0; O is 16-bit, D P reaches
  * nothing else). */
 #ifndef CV_GDN_OSPLIT
@@ -161,6 +164,21 @@ inline void sc_vload(uint *vr, __local uint4 *xw, __global const uchar *vb, long
         warp_sync();
     }
 }
+
+#ifdef CV_GDN_WG
+/* sc_vload's values from v rows staged in local memory (vd: rows PP_VP
+ * apart; cb: the warp's first column in them). */
+inline void sc_vload_set(uint *vr, __local const ushort *vd, int cb)
+{
+    const int lane = get_local_id(0) & 31, g = lane >> 2, t = lane & 3;
+    UNROLL
+    for (int i = 0; i < NT_C; i++) {
+        __local const ushort *r = vd + (8 * i + 2 * t) * PP_VP + cb + g;
+        vr[2 * i] = (uint)r[0] | ((uint)r[PP_VP] << 16);
+        vr[2 * i + 1] = (uint)r[8] | ((uint)r[PP_VP + 8] << 16);
+    }
+}
+#endif
 
 /* Y^T = beta (V^T - e^G rk X^T) in place, v from sc_vload; the lane's chunk rows
  * are 8 i + 2 t, + 1. */
@@ -346,7 +364,8 @@ inline void sc_copy(__local ushort *dst, __global const float *src, int n16)
  * 0 works on the result (splitting, Y, the scaling, the stores), so the one's
  * arithmetic runs beside the other's products instead of both doing the same
  * step at once. */
-#define PP_SET (2 * GC * CV_K + 3 * SC_TILE) /* k rows, q rows, T, P: 16-bit units */
+#define PP_KQTP (2 * GC * CV_K + 3 * SC_TILE) /* k rows, q rows, T, P: 16-bit units */
+#define PP_SET (PP_KQTP + GC * PP_VP)                /* and the v rows */
 #if defined(CV_NV_PTX) && defined(CV_SM90A)
 inline void pp_init(__local ulong *b, uint count)
 {
@@ -430,17 +449,32 @@ inline void pp_turn_end(int wgi)
 
 /* A chunk's operands into a set (every work-item its share), then each
  * work-item's arrival on the set's full mbarrier: rows r < nr of k (kh) and q
- * (qh), swizzled; T's two tiles, P and the rows' factors from the scratch sp. */
+ * (qh), swizzled; T's two tiles, P and the rows' factors from the scratch sp;
+ * rows r < nr of v (vh: the group's first column; vcols of its columns within
+ * V; PP_VP apart), the rest zero, so that no global load is left between X^T
+ * and Y (2-3% faster than loading them there: docs/PERFORMANCE.md). */
 inline void pp_stage(__local ushort *set, __local float *rows, __global const ushort *kh,
-                     long k_stride, __global const ushort *qh, long q_stride, int nr,
+                     long k_stride, __global const ushort *qh, long q_stride,
+                     __global const ushort *vh, long v_stride, int vcols, int nr,
                      __global const float *sp, __local ulong *full)
 {
     sc_stage_sw(set, kh, k_stride, nr);
     sc_stage_sw(set + GC * CV_K, qh, q_stride, nr);
     sc_copy(set + 2 * GC * CV_K, sp, 3 * SC_TILE / 8); /* T's parts, then P (GDN_SCR_P) */
     sc_copy((__local ushort *)rows, sp + GDN_SCR_ROWS, GDN_SCR_ROWS_N * 4 / 16);
-    const bool vec = ((ulong)kh & 15) == 0 && (k_stride & 7) == 0 && ((ulong)qh & 15) == 0 &&
-                     (q_stride & 7) == 0;
+    bool vec = ((ulong)kh & 15) == 0 && (k_stride & 7) == 0 && ((ulong)qh & 15) == 0 &&
+               (q_stride & 7) == 0;
+    const bool vv = CV_V % 8 == 0 && ((ulong)vh & 15) == 0 && (v_stride & 7) == 0;
+    for (int e = get_local_id(0); e < GC * 2 * CV_SW; e += WG_SIZE) {
+        const int row = e / (2 * CV_SW), col = 8 * (e % (2 * CV_SW));
+        const int n = row < nr ? clamp(vcols - col, 0, 8) : 0; /* 0 or 8 where vv */
+        __local ushort *d = set + PP_KQTP + row * PP_VP + col;
+        if (vv)
+            cp_async16(d, (__global const uchar *)(vh + (n ? row * v_stride + col : 0)), n ? 16 : 0);
+        else
+            *(__local uint4 *)d = sc_ld8(vh + row * v_stride + col, n, false);
+    }
+    vec = vec && vv;
     if (vec) {
         pp_arrive_cp(full);
     } else { /* rows stored as they are: their stores before the arrival */
@@ -553,7 +587,7 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
     /* Chunk ci's operands in set ci & 1 (CV_GDN_WG above): staged by every
      * work-item half-way through chunk ci - 1 (chunk 0's before the loop),
      * into the set chunk ci - 2 used once everyone is done with it. */
-    const int wgi = warp >> 2;
+    const int wgi = warp >> 2, v0g = vt * 16 * CV_SW, vcols = min(16 * CV_SW, CV_V - v0g);
     if (lid == 0)
         for (int i = 0; i < 4; i++)
             pp_init(&pp_bar[i], WG_SIZE); /* full 0, 1; empty 0, 1 */
@@ -562,7 +596,8 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
         const long at0 = base < n_slots ? base : 0;
         pp_stage(smem, pp_rows[0], CV_CPTR(ushort, k, k_off) + bos * k_stride + (long)hq * CV_K,
                  k_stride, CV_CPTR(ushort, q, q_off) + bos * q_stride + (long)hq * CV_K,
-                 q_stride, (int)min((long)GC, eos - bos),
+                 q_stride, (__global const ushort *)vb + bos * v_stride + (long)h * CV_V + v0g,
+                 v_stride, vcols, (int)min((long)GC, eos - bos),
                  scr + (at0 * hcount + (h - h0)) * (long)GDN_SCR_FLOATS, &pp_bar[0]);
     }
     PP_START(wgi);
@@ -575,13 +610,12 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
 #if CV_GDN_L2PRE
         if (c0 + GC < eos) {
             const long an = at + 1 < n_slots ? at + 1 : 0;
-            const int v0 = vt * 16 * CV_SW;
             sc_l2_chunk(CV_CPTR(ushort, k, k_off) + (c0 + GC) * k_stride + (long)hq * CV_K,
                         k_stride,
                         CV_CPTR(ushort, q, q_off) + (c0 + GC) * q_stride + (long)hq * CV_K,
                         q_stride,
-                        (__global const ushort *)vb + (c0 + GC) * v_stride + (long)h * CV_V + v0,
-                        v_stride, min(16 * CV_SW, CV_V - v0), 0,
+                        (__global const ushort *)vb + (c0 + GC) * v_stride + (long)h * CV_V + v0g,
+                        v_stride, vcols, 0,
                         (int)min((long)GC, eos - c0 - GC),
                         scr + (an * hcount + (h - h0)) * (long)GDN_SCR_FLOATS);
         }
@@ -607,7 +641,7 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
             PP_TURN_END(wgi);
         }
         uint vr[2 * NT_C];
-        sc_vload(vr, xw, vb, v_stride, c0, nr, h, vr0, vec_v);
+        sc_vload_set(vr, Kc + PP_KQTP, vr0 - v0g);
         sc_y(xt, rows_l, vr);
 
         /* D^T = Y^T T^T */
@@ -639,7 +673,8 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
             pp_stage(smem + (s ^ 1) * PP_SET, pp_rows[s ^ 1],
                      CV_CPTR(ushort, k, k_off) + (c0 + GC) * k_stride + (long)hq * CV_K, k_stride,
                      CV_CPTR(ushort, q, q_off) + (c0 + GC) * q_stride + (long)hq * CV_K, q_stride,
-                     (int)min((long)GC, eos - c0 - GC),
+                     (__global const ushort *)vb + (c0 + GC) * v_stride + (long)h * CV_V + v0g,
+                     v_stride, vcols, (int)min((long)GC, eos - c0 - GC),
                      scr + (an * hcount + (h - h0)) * (long)GDN_SCR_FLOATS, &pp_bar[s ^ 1]);
         }
 

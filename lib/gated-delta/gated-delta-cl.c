@@ -93,15 +93,15 @@ static size_t gdn_scan_local_bytes(int K, int sw, int ptx)
     return prep > scan ? prep : scan;
 }
 
-/* Local memory of gdn_chunk_scan's wgmma form (CV_GDN_WG): two sets of the k and
- * q rows, T's and P's tiles and the rows' factors, slack, mbarriers, the warps'
- * exchange, emulated the lanes' scratch. Static arrays: NVIDIA's OpenCL allows up
- * to GDN_NV_STATIC_LOCAL on 9.x, not the 48 KiB it reports (docs/PERFORMANCE.md). */
+/* Local memory of gdn_chunk_scan's wgmma form (CV_GDN_WG): two sets of k, q, v rows,
+ * T, P, factors; slack, mbarriers, exchange, emulated the lanes' scratch. Static arrays:
+ * NVIDIA's OpenCL allows up to GDN_NV_STATIC_LOCAL on 9.x (docs/PERFORMANCE.md). */
 #define GDN_NV_STATIC_LOCAL ((uint64_t)226 << 10)
 static size_t gdn_scan_wg_local_bytes(int K, int sw, int ptx)
 {
     const size_t tile = (size_t)GDN_CHUNK * GDN_CHUNK, rows = (size_t)GDN_CHUNK * K;
-    return (2 * (2 * rows + 3 * tile) + 448) * 2 + 2 * GDN_SCR_ROWS_N * 4 + 4 * 8 +
+    const size_t vrows = (size_t)GDN_CHUNK * (16 * sw + 8); /* PP_VP */
+    return (2 * (2 * rows + 3 * tile + vrows) + 448) * 2 + 2 * GDN_SCR_ROWS_N * 4 + 4 * 8 +
            (size_t)512 * sw + (ptx ? 0 : (size_t)32 * sw * 6 * 4);
 }
 
