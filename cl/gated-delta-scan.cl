@@ -581,6 +581,9 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
 #else
     const bool vec_v = false, vec_o = false; /* a head's rows are not 16-byte runs */
 #endif
+#ifdef CV_GDN_WG
+    (void)vec_v; /* the v rows are staged (pp_stage) */
+#endif
     const long base = bos / GC + n; /* the sequence's first chunk slot (see the host) */
 
 #ifdef CV_GDN_WG
