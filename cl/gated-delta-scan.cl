@@ -576,13 +576,13 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
     __global uchar *ob = o + o_off;
     __local uint4 *xw = xch + 32 * warp;
 #if CV_V % 8 == 0
-    const bool vec_v = ((ulong)vb & 15) == 0 && (v_stride & 7) == 0;
+    const bool vec_v = ((ulong)vb & 15) == 0 && (v_stride & 7) == 0; /* sc_vload */
     const bool vec_o = ((ulong)ob & 15) == 0 && (o_stride & 7) == 0;
 #else
     const bool vec_v = false, vec_o = false; /* a head's rows are not 16-byte runs */
 #endif
 #ifdef CV_GDN_WG
-    (void)vec_v; /* the v rows are staged (pp_stage) */
+    (void)vec_v; /* the wgmma form stages its v rows (pp_stage) */
 #endif
     const long base = bos / GC + n; /* the sequence's first chunk slot (see the host) */
 
@@ -591,17 +591,21 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
      * work-item half-way through chunk ci - 1 (chunk 0's before the loop),
      * into the set chunk ci - 2 used once everyone is done with it. */
     const int wgi = warp >> 2, v0g = vt * 16 * CV_SW, vcols = min(16 * CV_SW, CV_V - v0g);
+    /* the head's (and group's) first columns of the k, q and v rows, its scratch */
+    __global const ushort *kp = CV_CPTR(ushort, k, k_off) + (long)hq * CV_K;
+    __global const ushort *qp = CV_CPTR(ushort, q, q_off) + (long)hq * CV_K;
+    __global const ushort *vp = (__global const ushort *)vb + (long)h * CV_V + v0g;
+    __global const float *sh = scr + (h - h0) * (long)GDN_SCR_FLOATS;
+    const long sstep = hcount * (long)GDN_SCR_FLOATS; /* from one chunk slot to the next */
     if (lid == 0)
         for (int i = 0; i < 4; i++)
             pp_init(&pp_bar[i], WG_SIZE); /* full 0, 1; empty 0, 1 */
     barrier(CLK_LOCAL_MEM_FENCE);
     if (bos < eos) {
         const long at0 = base < n_slots ? base : 0;
-        pp_stage(smem, pp_rows[0], CV_CPTR(ushort, k, k_off) + bos * k_stride + (long)hq * CV_K,
-                 k_stride, CV_CPTR(ushort, q, q_off) + bos * q_stride + (long)hq * CV_K,
-                 q_stride, (__global const ushort *)vb + bos * v_stride + (long)h * CV_V + v0g,
-                 v_stride, vcols, (int)min((long)GC, eos - bos),
-                 scr + (at0 * hcount + (h - h0)) * (long)GDN_SCR_FLOATS, &pp_bar[0]);
+        pp_stage(smem, pp_rows[0], kp + bos * k_stride, k_stride, qp + bos * q_stride, q_stride,
+                 vp + bos * v_stride, v_stride, vcols, (int)min((long)GC, eos - bos),
+                 sh + at0 * sstep, &pp_bar[0]);
     }
     PP_START(wgi);
     for (long c0 = bos, ci = 0; c0 < eos; c0 += GC, ci++) {
@@ -613,14 +617,9 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
 #if CV_GDN_L2PRE
         if (c0 + GC < eos) {
             const long an = at + 1 < n_slots ? at + 1 : 0;
-            sc_l2_chunk(CV_CPTR(ushort, k, k_off) + (c0 + GC) * k_stride + (long)hq * CV_K,
-                        k_stride,
-                        CV_CPTR(ushort, q, q_off) + (c0 + GC) * q_stride + (long)hq * CV_K,
-                        q_stride,
-                        (__global const ushort *)vb + (c0 + GC) * v_stride + (long)h * CV_V + v0g,
-                        v_stride, vcols, 0,
-                        (int)min((long)GC, eos - c0 - GC),
-                        scr + (an * hcount + (h - h0)) * (long)GDN_SCR_FLOATS);
+            sc_l2_chunk(kp + c0 * k_stride, k_stride, qp + c0 * q_stride, q_stride,
+                        vp + c0 * v_stride, v_stride, vcols, GC,
+                        (int)min((long)GC, eos - c0 - GC), sh + an * sstep);
         }
 #endif
         pp_wait(&pp_bar[s], (uint)(ci >> 1) & 1u); /* this chunk's operands have landed */
@@ -673,12 +672,10 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
         PP_WAIT_IF(ci > 0, &pp_bar[2 + (s ^ 1)], (uint)((ci - 1) >> 1) & 1u);
         if (c0 + GC < eos) {
             const long an = at + 1 < n_slots ? at + 1 : 0;
-            pp_stage(smem + (s ^ 1) * PP_SET, pp_rows[s ^ 1],
-                     CV_CPTR(ushort, k, k_off) + (c0 + GC) * k_stride + (long)hq * CV_K, k_stride,
-                     CV_CPTR(ushort, q, q_off) + (c0 + GC) * q_stride + (long)hq * CV_K, q_stride,
-                     (__global const ushort *)vb + (c0 + GC) * v_stride + (long)h * CV_V + v0g,
-                     v_stride, vcols, (int)min((long)GC, eos - c0 - GC),
-                     scr + (an * hcount + (h - h0)) * (long)GDN_SCR_FLOATS, &pp_bar[s ^ 1]);
+            pp_stage(smem + (s ^ 1) * PP_SET, pp_rows[s ^ 1], kp + (c0 + GC) * k_stride,
+                     k_stride, qp + (c0 + GC) * q_stride, q_stride, vp + (c0 + GC) * v_stride,
+                     v_stride, vcols, (int)min((long)GC, eos - c0 - GC), sh + an * sstep,
+                     &pp_bar[s ^ 1]);
         }
 
         /* O^T = e^G rq (S^T Q^T) + D^T P^T, stored */
