@@ -630,67 +630,9 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void gdn_chunked_m
  * writes nothing. Built with CV_GDN_ROWS, T and P are written as 64 x 64
  * tiles for the wgmma scan instead (below). The host keeps a run inside one
  * key head's group (hper divides the group size, h0 and hcount).
- */
-/* e^d for the first stage's decays, d = G_i - G_m <= 0: through cv_ex2 (on
- * NVIDIA one ex2.approx.ftz, 2 ulp; results below 2^-126 flush to 0). */
-inline float gdn_decay(float d)
-{
-    return cv_ex2(d * 1.44269504f);
-}
 
-/* One head's P from the warp's Q K^T accumulators, rounded, to the scratch in
- * the scan's layout: as 64 x 64 swizzled tile rows (CV_GDN_ROWS), or as P^T's
- * B fragments, whose lane (g, t) of n8 tile 2 w (+ 1) and k16 step kb <= w
- * holds the warp's row g (+ 8) at columns 16 kb + 2 t and + 8, straight from
- * the registers. The tile rows go through the warp's 2 KiB of local memory
- * (stage), which holds its 16 rows as the tile does, so that global memory
- * sees whole rows in 16-byte stores where the fragments would give 4-byte
- * pieces of eight rows. */
-inline void gdn_prep_p(__local const float *G_l, __local const float *rk_l,
-                       __local const float *rq_l, const float4 *qk, __global float *pscr,
-                       __local uint *stage)
-{
-    const int lane = get_local_id(0) & 31, g = lane >> 2, t = lane & 3;
-    const int warp = get_local_id(0) >> 5, i0 = 16 * warp;
-    uint pw[NT_C][2]; /* rows i0 + g, i0 + g + 8 */
-    UNROLL
-    for (int n = 0; n < NT_C; n++) {
-        const float q[4] = {qk[n].x, qk[n].y, qk[n].z, qk[n].w};
-        float p[4];
-        UNROLL
-        for (int e = 0; e < 4; e++) {
-            const int i = i0 + g + 8 * (e >> 1), m = 8 * n + 2 * t + (e & 1);
-            p[e] = m <= i ? rq_l[i] * rk_l[m] * q[e] * gdn_decay(G_l[i] - G_l[m]) : 0.0f;
-        }
-        pw[n][0] = pack2(p[0], p[1]);
-        pw[n][1] = pack2(p[2], p[3]);
-    }
-#ifdef CV_GDN_ROWS
-    /* row i0 + l at stage[32 l ..], its 16-byte unit n at unit n ^ (i % 8) = n ^ g */
-    __local uint *sw = stage + warp * 16 * 32;
-    UNROLL
-    for (int n = 0; n < NT_C; n++)
-        UNROLL
-        for (int r = 0; r < 2; r++)
-            sw[(g + 8 * r) * 32 + ((n ^ g) << 2) + t] = pw[n][r];
-    warp_sync();
-    __global uint4 *pt = (__global uint4 *)pscr + i0 * 8;
-    __local const uint4 *s4 = (__local const uint4 *)sw;
-    UNROLL
-    for (int u = 0; u < 4; u++)
-        pt[32 * u + lane] = s4[32 * u + lane];
-    warp_sync(); /* read before the next head's rows */
-#else
-    __global uint2 *fp = (__global uint2 *)pscr;
-    UNROLL
-    for (int r = 0; r < 2; r++)
-        UNROLL
-        for (int kb = 0; kb < GC / 16; kb++)
-            if (kb <= warp) /* right of the diagonal: never read */
-                fp[((2 * warp + r) * 4 + kb) * 32 + lane] =
-                    (uint2)(pw[2 * kb][r], pw[2 * kb + 1][r]);
-#endif
-}
+ */
+// clvarlen-include: gated-prep.clh
 
 #if GC * KP > 2 * GC * TP
 #error "gdn_chunk_prep stages the q rows in T's local memory: K up to 128"
@@ -715,7 +657,7 @@ gdn_chunk_prep(GDN_ARGS, __global float *scr, long n_slots, int h0, int hcount, 
     __local ushort *Kc = (__local ushort *)X_l, *Qc = (__local ushort *)D_l;
     __local float *A_l = (__local float *)X_l;
 
-    const int lid = get_local_id(0), lane = lid & 31, g = lane >> 2, t = lane & 3;
+    const int lid = get_local_id(0), g = (lid & 31) >> 2, t = lid & 3;
     const int i0 = 16 * (lid >> 5);
     const long grp = get_group_id(0);
     const int runs = hcount / hper;
@@ -729,11 +671,12 @@ gdn_chunk_prep(GDN_ARGS, __global float *scr, long n_slots, int h0, int hcount, 
         return;
     const int hq = hb / group, l2 = (flags & GDN_L2NORM) != 0;
     __global const uchar *ab = a + a_off, *bb = b + b_off;
-    __global const ushort *kh = CV_CPTR(ushort, k, k_off) + c0 * k_stride + (long)hq * CV_K;
-    __global const ushort *qh = CV_CPTR(ushort, q, q_off) + c0 * q_stride + (long)hq * CV_K;
+    __global float *sp0 = scr + (x * hcount + (hb - h0)) * (long)GDN_SCR_FLOATS;
 
-    gdn_stage_rows_async(Kc, kh, k_stride, nr);
-    gdn_stage_rows_async(Qc, qh, q_stride, nr);
+    gdn_stage_rows_async(Kc, CV_CPTR(ushort, k, k_off) + c0 * k_stride + (long)hq * CV_K,
+                         k_stride, nr);
+    gdn_stage_rows_async(Qc, CV_CPTR(ushort, q, q_off) + c0 * q_stride + (long)hq * CV_K,
+                         q_stride, nr);
     for (int j = 0; j < hper; j++) {
         const int h = hb + j;
         const float A = exp(CV_CPTR(float, A_log, A_log_off)[h]);
@@ -747,8 +690,8 @@ gdn_chunk_prep(GDN_ARGS, __global float *scr, long n_slots, int h0, int hcount, 
     float4 kk[NT_C], qk[NT_C];
     float nk[2] = {0.0f, 0.0f}, nq[2] = {0.0f, 0.0f};
     UNROLL
-    for (int n = 0; n < NT_C; n++)
-        kk[n] = qk[n] = (float4)(0.0f);
+    for (int m = 0; m < NT_C; m++)
+        kk[m] = qk[m] = (float4)(0.0f);
     for (int s = 0; s < KSTEPS; s++) { /* K K^T, Q K^T and the rows' norms */
         const uint4 kf = gdn_afrag(Kc, i0, 16 * s), qf = gdn_afrag(Qc, i0, 16 * s);
         gdn_frag_norms(kf, nk);
@@ -771,8 +714,7 @@ gdn_chunk_prep(GDN_ARGS, __global float *scr, long n_slots, int h0, int hcount, 
         }
     }
     for (int j = 0; j < hper; j++) /* P's rows staged in T's place (D_l) */
-        gdn_prep_p(G_l + j * GC, rk_l, rq_l, qk,
-                   scr + (x * hcount + (hb + j - h0)) * (long)GDN_SCR_FLOATS + GDN_SCR_P,
+        gdn_prep_p(G_l + j * GC, rk_l, rq_l, qk, sp0 + j * (long)GDN_SCR_FLOATS + GDN_SCR_P,
                    (__local uint *)D_l);
     barrier(CLK_LOCAL_MEM_FENCE);
     /* T's blocks (0, 1) and (2, 3) zero (gdn_invert reads them; it writes neither) */
@@ -780,75 +722,6 @@ gdn_chunk_prep(GDN_ARGS, __global float *scr, long n_slots, int h0, int hcount, 
         const int r = 32 * (e >> 8) + ((e >> 4) & 15), c = r - ((e >> 4) & 15) + 16 + (e & 15);
         D_l[r * TP + c] = 0.0f;
     }
-
-    for (int j = 0; j < hper; j++) {
-        const int h = hb + j;
-        __local const float *Gh = G_l + j * GC, *bh = beta_l + j * GC;
-        /* A[i][m] = beta_i rk_i rk_m (k_i . k_m) e^(G_i - G_m), m < i; the last
-         * head's T read by now (its readers precede the barrier below). Rows p
-         * and 63 - p have 63 such entries together: four work-items share the
-         * pair, each taking every fourth, so none idles (GC 64, WG_SIZE 128). */
-        {
-            const int pr = lid >> 2, ia = pr, ib = GC - 1 - pr;
-            const float fa = bh[ia] * rk_l[ia], fb = bh[ib] * rk_l[ib];
-            const float Ga = Gh[ia], Gb = Gh[ib];
-            for (int e = lid & 3; e < GC - 1; e += 4) {
-                const bool lo = e < ia;
-                const int i = lo ? ia : ib, m = lo ? e : e - ia;
-                A_l[i * AP + m] = (lo ? fa : fb) * rk_l[m] * A_l[m * AP + i] *
-                                  gdn_decay((lo ? Ga : Gb) - Gh[m]);
-            }
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        gdn_invert(A_l, D_l GDN_EMU);
-
-        __global float *sp = scr + (x * hcount + (h - h0)) * (long)GDN_SCR_FLOATS;
-#ifdef CV_GDN_ROWS
-        /* for the wgmma scan: T's rounded part and its remainder as 64 x 64
-         * row-major tiles (zero right of the diagonal), 128-byte swizzled as the
-         * scan's local memory holds them (row i's 16-byte chunk c at
-         * (c ^ (i % 8)) * 16): the scan copies them as they are */
-        __global uint4 *tw = (__global uint4 *)sp;
-        for (int e = lid; e < GC * 8; e += WG_SIZE) { /* row i, 16-byte chunk c */
-            const int i = e / 8, c = e % 8, at = i * 8 + (c ^ (i & 7));
-            uint hw[4], lw[4];
-            UNROLL
-            for (int u = 0; u < 4; u++) {
-                const int m = 8 * c + 2 * u;
-                nv_split2(m <= i ? D_l[i * TP + m] : 0.0f,
-                          m + 1 <= i ? D_l[i * TP + m + 1] : 0.0f, &hw[u], &lw[u]);
-            }
-            tw[at] = (uint4)(hw[0], hw[1], hw[2], hw[3]);
-            tw[GC * 8 + at] = (uint4)(lw[0], lw[1], lw[2], lw[3]);
-        }
-#else
-        /* T^T's B fragments: per (n8 tile i, k16 step kb <= i / 2) and lane (g, t),
-         * the rounded pairs of row 8 i + g, columns 16 kb + 2 t (+ 1) and + 8 (+ 9),
-         * then the pairs of their remainders */
-        __global uint4 *fr = (__global uint4 *)sp;
-        for (int e = lid; e < 32 * 32; e += WG_SIZE) {
-            const int tile = e >> 5, ln = e & 31, i = tile >> 2, kb = tile & 3;
-            if (kb > i / 2)
-                continue; /* right of the diagonal: never read */
-            const int row = 8 * i + (ln >> 2), col = 16 * kb + 2 * (ln & 3);
-            __local const float *src = D_l + row * TP + col;
-            uint h0w, h1w, l0w, l1w;
-            nv_split2(src[0], src[1], &h0w, &l0w);
-            nv_split2(src[8], src[9], &h1w, &l1w);
-            fr[e] = (uint4)(h0w, h1w, l0w, l1w);
-        }
-#endif
-        /* the rows' factors with their decays (cv-shared.h), G_last = G_(nr-1) */
-        const float G_last = Gh[nr - 1];
-        for (int r = lid; r < GC; r += WG_SIZE) {
-            const float eG = exp(Gh[r]);
-            sp[GDN_SCR_ROWS + r] = eG * rk_l[r];
-            sp[GDN_SCR_ROWS + GC + r] = bh[r];
-            sp[GDN_SCR_ROWS + 2 * GC + r] = rk_l[r] * exp(G_last - Gh[r]);
-            sp[GDN_SCR_ROWS + 3 * GC + r] = eG * rq_l[r];
-        }
-        if (lid < GDN_SCR_ROWS_N - 4 * GC)
-            sp[GDN_SCR_ROWS + 4 * GC + lid] = lid ? 0.0f : exp(G_last);
-    }
+    gdn_prep_heads(A_l, D_l, G_l, beta_l, rk_l, rq_l, hper, nr, sp0 GDN_EMU);
     GDN_END_BARRIER();
 }
