@@ -1,8 +1,8 @@
 /* The gated delta rule's chunked form (SPEC 3) on NVIDIA tensor cores:
  * mma.sync.m16n8k16 through inline PTX (cl/nv-mma.clh), bf16/f16 operands,
  * f32 accumulators and an f32 state. Elsewhere the same kernel runs with the
- * warp-wide operations emulated (lib/gated-delta/gated-delta-cl.c does so on
- * request), which is how its fragment bookkeeping is tested on PoCL.
+ * warp-wide operations emulated (lib/gated-delta/gated-delta-tiles.c does so
+ * on request), which is how its fragment bookkeeping is tested on PoCL.
  *
  * Two kernels: gdn_chunk_prep, the first of the two stages the library runs
  * by default (the second is cl/gated-delta-scan.cl; see the end of this file),

@@ -85,7 +85,7 @@ END_TEST
 
 /* The chunked kernel with the widest work-group the tuning allows (256):
  * PoCL miscompiled it wider than 64 (zero output), so there the library keeps
- * 64 (lib/gated-delta/gated-delta-cl.c); other devices run 256. Runs in a
+ * 64 (lib/gated-delta/gated-delta-tiles.c); other devices run 256. Runs in a
  * forked child, and the library reads the tuning per call. */
 START_TEST(chunked_wide_group)
 {

@@ -1,5 +1,6 @@
 /* The gated delta rule on OpenCL: the launchers of gated-delta-cl.c, called
- * by the validated entry points of gated-delta.c. Private to lib/gated-delta/.
+ * by the validated entry points of gated-delta.c, and the kernels and tiles
+ * they run (gated-delta-tiles.c). Private to lib/gated-delta/.
  */
 #ifndef CLVARLEN_GATED_DELTA_CL_H
 #define CLVARLEN_GATED_DELTA_CL_H
