@@ -154,19 +154,12 @@ inline void gdn_frag_norms(uint4 f, float *n)
     }
 }
 
-/* K K^T and Q K^T's k16 step s for the warp's rows (A fragments kf, qf): the
- * first nt n8 tiles natively (those right of them unchanged), all emulated. */
+/* K K^T and Q K^T's k16 step s for the warp's rows (A fragments kf, qf). */
 inline void gdn_kq_step(__local const ushort *Kc, int s, uint4 kf, uint4 qf, float4 *kk,
-                        float4 *qk, int nt GDN_EMU_P)
+                        float4 *qk GDN_EMU_P)
 {
     UNROLL
     for (int n = 0; n < NT_C; n++) {
-#ifdef CV_NV_PTX
-        if (n >= nt) /* warp-uniform; emulated, every warp takes every product */
-            continue;
-#else
-        (void)nt;
-#endif
         uint b0, b1;
         gdn_bfrag_rows(Kc, 8 * n, 16 * s, &b0, &b1);
         kk[n] = mma16816(kf, b0, b1, kk[n]);
@@ -191,7 +184,7 @@ inline void gdn_products(__local const ushort *Kc, __local const float *S_l,
         const uint4 qf = gdn_qfrag(qh, q_stride, pairs, i0, nr, 16 * s, &nq[0], &nq[1]);
         const uint4 kf = gdn_afrag(Kc, i0, 16 * s);
         gdn_frag_norms(kf, nk);
-        gdn_kq_step(Kc, s, kf, qf, kk, qk, NT_C GDN_EMU);
+        gdn_kq_step(Kc, s, kf, qf, kk, qk GDN_EMU);
         UNROLL
         for (int n = 0; n < NT_V; n++) {
             uint h0, h1, l0, l1;
@@ -703,8 +696,7 @@ gdn_chunk_prep(GDN_ARGS, __global float *scr, long n_slots, int h0, int hcount, 
         const uint4 kf = gdn_afrag(Kc, i0, 16 * s), qf = gdn_afrag(Qc, i0, 16 * s);
         gdn_frag_norms(kf, nk);
         gdn_frag_norms(qf, nq);
-        /* only tiles on or left of the diagonal: the rest is never read */
-        gdn_kq_step(Kc, s, kf, qf, kk, qk, (i0 + 16) / 8 GDN_EMU);
+        gdn_kq_step(Kc, s, kf, qf, kk, qk GDN_EMU);
     }
     for (int j = 0; j < hper; j++) {
         float nk2[2] = {nk[0], nk[1]}, nq2[2] = {nq[0], nq[1]};

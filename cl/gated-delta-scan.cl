@@ -460,13 +460,7 @@ inline void pp_stage(__local ushort *set, __local float *rows, __global const us
 {
     sc_stage_sw(set, kh, k_stride, nr);
     sc_stage_sw(set + GC * CV_K, qh, q_stride, nr);
-    /* T's parts, then P (GDN_SCR_P): the units the first stage stores (the
-     * others were zeroed in both sets as the scan began) */
-    for (int e = get_local_id(0); e < 3 * GDN_TRI_UNITS; e += WG_SIZE) {
-        const int tile = (e >= GDN_TRI_UNITS) + (e >= 2 * GDN_TRI_UNITS);
-        const int at = tile * (SC_TILE / 8) + gdn_tri_unit(e - tile * GDN_TRI_UNITS);
-        cp_async16(set + 2 * GC * CV_K + 8 * at, (__global const uchar *)sp + 16 * at, 16);
-    }
+    sc_copy(set + 2 * GC * CV_K, sp, 3 * SC_TILE / 8); /* T's parts, then P (GDN_SCR_P) */
     sc_copy((__local ushort *)rows, sp + GDN_SCR_ROWS, GDN_SCR_ROWS_N * 4 / 16);
     bool vec = ((ulong)kh & 15) == 0 && (k_stride & 7) == 0 && ((ulong)qh & 15) == 0 &&
                (q_stride & 7) == 0;
@@ -606,15 +600,6 @@ gdn_chunk_scan(GDN_ARGS, __global const float *scr, long n_slots, int h0, int hc
     if (lid == 0)
         for (int i = 0; i < 4; i++)
             pp_init(&pp_bar[i], WG_SIZE); /* full 0, 1; empty 0, 1 */
-    /* T's and P's units right of the diagonal that pp_stage does not copy
-     * (gdn_tri_unit), zero in both sets for the whole scan */
-    for (int e = lid; e < 2 * 3 * (SC_TILE / 8); e += WG_SIZE) {
-        const int u = e % (SC_TILE / 8), i = u / 8, c = (u % 8) ^ (i & 7);
-        if (!GDN_TRI_STORED(i, c))
-            *(__local uint4 *)(smem + (e / (3 * SC_TILE / 8)) * PP_SET + 2 * GC * CV_K +
-                               8 * (e % (3 * SC_TILE / 8))) = (uint4)(0u);
-    }
-    fence_proxy_async(); /* the zeros before the products read them (async proxy) */
     barrier(CLK_LOCAL_MEM_FENCE);
     if (bos < eos) {
         const long at0 = base < n_slots ? base : 0;
