@@ -371,13 +371,67 @@ START_TEST(chunked_then_decode)
 }
 END_TEST
 
+/* The device tables' AUTO threshold without tensor cores: on CPU OpenCL
+ * devices (PoCL; not Mesa's llvmpipe) in a library with CLBlast, sequences of
+ * 512 tokens or more run chunked (the CLBlast path), shorter ones token by
+ * token; elsewhere, in f32, every sequence token by token. Each sequence's
+ * output and state equal, bit for bit, those of the algorithm AUTO should have
+ * picked for it, forced on the same batch. */
+START_TEST(auto_table_threshold)
+{
+    unsetenv("CLVARLEN_GDN_TUNING");
+    clvarlen_device_info info;
+    ck_assert_int_eq(clvarlen_context_device(gdn_ctx, &info), CLVARLEN_SUCCESS);
+    const int table = CLVARLEN_HAVE_CLBLAST && info.vendor == CLVARLEN_VENDOR_CPU &&
+                      strstr(info.device_name, "llvmpipe") == NULL;
+    static const int32_t lengths[4] = {3, 600, 0, 511};
+    static const clvarlen_gdn_algorithm algs[3] = {CLVARLEN_GDN_AUTO, CLVARLEN_GDN_RECURRENT,
+                                                   CLVARLEN_GDN_CHUNKED};
+    gdn_case c[3];
+    for (int i = 0; i < 3; i++) {
+        gdn_case_cfg cfg = gdn_cfg_default();
+        cfg.seed = 93;
+        cfg.n = 4;
+        cfg.lengths = lengths;
+        cfg.use_pool = 1;
+        cfg.slots = 4;
+        cfg.l2norm = 1;
+        cfg.algorithm = algs[i];
+        gdn_case_make(&c[i], &cfg);
+        gdn_run_and_check(gdn_ctx, &c[i], i == 0 ? "AUTO" : i == 1 ? "RECURRENT" : "CHUNKED");
+    }
+    const int64_t head = (int64_t)c[0].cfg.HV * c[0].cfg.K * c[0].cfg.V;
+    for (int n = 1; n < 4; n += 2) { /* 600 tokens, 511 tokens */
+        const gdn_case *want = &c[n == 1 && table ? 2 : 1];
+        const int64_t bos = c[0].cu[n];
+        ck_assert_msg(memcmp(gdn_case_o_row(&c[0], bos), gdn_case_o_row(want, bos),
+                             (size_t)lengths[n] * gdn_case_o_row_bytes(&c[0])) == 0,
+                      "AUTO's output of the %d-token sequence is not %s's (device %s)",
+                      (int)lengths[n], want == &c[2] ? "CHUNKED" : "RECURRENT",
+                      info.device_name);
+        ck_assert_msg(memcmp((const float *)(c[0].pool + GDN_GUARD) + n * head,
+                             (const float *)(want->pool + GDN_GUARD) + n * head,
+                             (size_t)head * sizeof(float)) == 0,
+                      "AUTO's state of the %d-token sequence is not %s's", (int)lengths[n],
+                      want == &c[2] ? "CHUNKED" : "RECURRENT");
+    }
+    if (table) /* the two algorithms differ here, so the comparisons above tell them apart */
+        ck_assert_msg(memcmp(gdn_case_o_row(&c[1], c[0].cu[1]), gdn_case_o_row(&c[2], c[0].cu[1]),
+                             (size_t)lengths[1] * gdn_case_o_row_bytes(&c[0])) != 0,
+                      "RECURRENT and CHUNKED gave the same bits");
+    for (int i = 0; i < 3; i++)
+        gdn_case_free(&c[i]);
+}
+END_TEST
+
 /* AUTO chooses per sequence: a batch with a long sequence (past the
  * threshold) and short ones runs both kernels, and each sequence's result
  * equals running it alone. */
 START_TEST(auto_per_sequence)
 {
-    /* a threshold below the long sequence (the device tables keep AUTO token by
-     * token); the library reads it per call, and this runs in a forked child */
+    /* a threshold below the long sequence (of the device tables, only PoCL's sets
+     * one, 512: auto_table_threshold); the library reads it per call, and this runs
+     * in a forked child */
     gdn_tuning("min=100");
     static const int32_t lengths[4] = {3, 700, 0, 1};
     gdn_case_cfg cfg = gdn_cfg_default();
@@ -503,6 +557,18 @@ static void dev_free(dev_case *d)
             clReleaseMemObject(d->buf[i]);
 }
 
+/* The cl_mem entry point on c's data at byte offset off (c.p as it is now):
+ * outputs and states equal, bitwise, those of the host entry point's run of c. */
+static void dev_expect_same(const gdn_case *c, size_t off)
+{
+    dev_case d;
+    dev_make(&d, gdn_ctx, c, off);
+    clvarlen_status st = dev_run(gdn_ctx, &d, c, NULL);
+    ck_assert_msg(st == CLVARLEN_SUCCESS, "%s", clvarlen_last_error(gdn_ctx));
+    dev_expect_host(&d, c);
+    dev_free(&d);
+}
+
 static gdn_case_cfg cl_mem_cfg(int32_t *lengths, int32_t *idx, clvarlen_gdn_algorithm alg)
 {
     static const int32_t L[5] = {7, 0, 90, 1, 12};
@@ -576,6 +642,27 @@ START_TEST(cl_mem_matches_host)
 }
 END_TEST
 
+/* The cl_mem entry point cannot see the lengths: without the tensor-core path
+ * (f32 here) AUTO launches the chunked path only for batches averaging the
+ * threshold or more (100 here). {7, 0, 120, 1, 12} averages 28: every
+ * sequence token by token, equal bitwise to the host entry point's RECURRENT
+ * run (whose AUTO would chunk the 120-token one); {7, 0, 490, 1, 12} averages
+ * 102: the 490-token sequence chunked, as the host entry point's AUTO does. */
+START_TEST(cl_mem_auto_average)
+{
+    gdn_tuning("min=100");
+    int32_t lengths[5], idx[5];
+    gdn_case_cfg cfg = cl_mem_cfg(lengths, idx, _i ? CLVARLEN_GDN_AUTO : CLVARLEN_GDN_RECURRENT);
+    lengths[2] = _i ? 490 : 120;
+    gdn_case c;
+    gdn_case_make(&c, &cfg);
+    gdn_run_and_check(gdn_ctx, &c, _i ? "host entry point, AUTO" : "host entry point, RECURRENT");
+    c.p.algorithm = CLVARLEN_GDN_AUTO;
+    dev_expect_same(&c, 256);
+    gdn_case_free(&c);
+}
+END_TEST
+
 /* The wgmma scan (emulated off Hopper) through the cl_mem entry point with
  * every buffer 4 bytes past an 8-byte boundary: the states' 8-byte accesses
  * (f32 [V, K] slots 8-byte aligned), the k, q and v rows' 16-byte loads and the
@@ -592,13 +679,7 @@ START_TEST(wgmma_scan_unaligned)
     gdn_case c;
     gdn_case_make(&c, &cfg);
     gdn_run_and_check(gdn_ctx, &c, "host entry point");
-
-    dev_case d;
-    dev_make(&d, gdn_ctx, &c, 260);
-    clvarlen_status st = dev_run(gdn_ctx, &d, &c, NULL);
-    ck_assert_msg(st == CLVARLEN_SUCCESS, "%s", clvarlen_last_error(gdn_ctx));
-    dev_expect_host(&d, &c);
-    dev_free(&d);
+    dev_expect_same(&c, 260);
     gdn_case_free(&c);
 }
 END_TEST
@@ -703,10 +784,12 @@ void gdn_add_cl_cases(TCase *oracle, TCase *api)
     tcase_add_loop_test(oracle, sweep_chunked, 0, 3);
     tcase_add_loop_test(oracle, chunked_vs_recurrent, 0, 3);
     tcase_add_test(oracle, auto_per_sequence);
+    tcase_add_test(oracle, auto_table_threshold);
     tcase_add_test(oracle, chunked_wide_group);
     tcase_add_loop_test(oracle, portable_chunked, 0, 4);
     tcase_add_loop_test(api, cl_mem_matches_host, 0, 2);
     tcase_add_loop_test(api, cl_mem_device_checks, 0, 2);
+    tcase_add_loop_test(api, cl_mem_auto_average, 0, 2);
     tcase_add_loop_test(oracle, narrow_heads_pool_guard, 0, 2);
     if (tu_second_device()) /* the emulated forms: the default device's (kit-check.h) */
         return;

@@ -921,11 +921,15 @@ typedef enum clvarlen_gdn_algorithm {
      * is made per sequence, so a sequence's result never depends on the rest of the batch,
      * with two exceptions, both within SPEC 4's tolerances of either result: the cl_mem entry
      * point, which cannot see the lengths, runs every sequence token by token when the batch
-     * averages fewer than 16 tokens per sequence (decode batches); and on devices with the
+     * averages fewer than 16 tokens per sequence (decode batches; without the tensor-core path,
+     * fewer than the threshold); and on devices with the
      * tensor-core chunked path (NVIDIA, compute capability 8 or later, bf16/f16, key_dim a
      * multiple of 16 up to 128; threshold 64 tokens), a batch averaging 64 tokens per sequence
      * or more runs every sequence chunked (one launch instead of two: measured faster on an
-     * H100, docs/PERFORMANCE.md). */
+     * H100, docs/PERFORMANCE.md). On CPU OpenCL devices (PoCL) in a library built with
+     * CLBlast the threshold is 512 tokens, and those sequences run on the CLBlast path (see
+     * CHUNKED; measured 3-14% faster than token by token there from 512 tokens on); Mesa's
+     * llvmpipe and the other devices without the tensor-core path set none. */
     CLVARLEN_GDN_AUTO = 0,
     /** Token by token for every sequence. */
     CLVARLEN_GDN_RECURRENT = 1,

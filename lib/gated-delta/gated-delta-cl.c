@@ -390,10 +390,15 @@ clvarlen_status cv_gdn_cl_run(clvarlen_context *ctx, const char *fn, const clvar
              * GDN_AUTO_MIN_AVG tokens per sequence on average: its grid covers every
              * (sequence, head, V tile), and for decode batches (one token each) the
              * empty work-groups alone cost 12% of the call (H100, N 256: 507 against
-             * 445 us). A long sequence among many short ones then runs token by
-             * token, which is slower for it but the same result. */
+             * 445 us). Without the tensor-core path (CLBlast's chunked path, PoCL)
+             * the bar is the threshold itself: the batched products cover every
+             * chunk slot whether or not its sequence is long enough, which doubled
+             * the time of 2 x 256 tokens at a 512 threshold. A long sequence among
+             * many short ones then runs token by token, which is slower for it but
+             * the same result. */
+            const int64_t avg = t.mma ? GDN_AUTO_MIN_AVG : plan.chunk_min;
             plan.chunked = plan.chunk_min > 0 && T >= plan.chunk_min &&
-                           (plan.chunk_min == 1 || T >= N * GDN_AUTO_MIN_AVG);
+                           (plan.chunk_min == 1 || T >= N * avg);
             plan.recurrent = !(plan.chunk_min == 1);
         }
     }

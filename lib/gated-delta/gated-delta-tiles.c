@@ -205,10 +205,8 @@ void cv_gdn_resolve_tiles(const clvarlen_context *ctx, const cv_gdn_problem *p, 
     int tk = tu->gdn_k_lanes ? (int)tu->gdn_k_lanes : (cpu ? 1 : 16);
     int cwg = tu->gdn_chunk_wg ? (int)tu->gdn_chunk_wg : (cpu ? 64 : 256);
     int cvt = tu->gdn_chunk_v_tile ? (int)tu->gdn_chunk_v_tile : (cpu ? 32 : 16);
-    /* 0: AUTO stays token by token. The portable chunked kernel lost to the token
-     * kernel wherever it was measured (H100: 19.9 vs 13.9 ms on 16 x 1k-token
-     * prefill; PoCL: 2.3x), so no device enables it yet. */
-    int64_t cmin = tu->gdn_chunk_min ? (int64_t)tu->gdn_chunk_min : 0;
+    /* AUTO's threshold: the device table's (below), unless "min=" sets one */
+    int64_t cmin = INT64_MIN;
     /* the two stages with 8 warps per scan group: H100 (docs/PERFORMANCE.md) 1.37 /
      * 0.91 / 2.95 / 5.95 ms on the bench's four prefill batches, against 1.50 /
      * 0.95 / 3.31 / 6.29 with 4 warps and 2.43 / 1.70 / 4.87 / - fused */
@@ -235,6 +233,14 @@ void cv_gdn_resolve_tiles(const clvarlen_context *ctx, const cv_gdn_problem *p, 
         t->blas = CLVARLEN_HAVE_CLBLAST && blas && !t->mma && !ctx->gdn_blas_refused &&
                   cv_gdn_blas_local_bytes((int)p->K) <= local;
     }
+    /* 0: AUTO stays token by token. Without tensor cores the table sets a
+     * threshold only where the CLBlast path measured faster than the token kernel
+     * for long sequences (PoCL, lib/runtime/device-db.c); the fused portable kernel
+     * lost to the token kernel wherever it was measured (H100: 19.9 vs 13.9 ms on
+     * 16 x 1k-token prefill; PoCL: 788 vs 578 ms), so where the CLBlast path does
+     * not run, AUTO stays token by token */
+    if (cmin == INT64_MIN)
+        cmin = t->mma || t->blas ? (int64_t)tu->gdn_chunk_min : 0;
     if (t->mma && cmin == 0)
         cmin = GDN_MMA_CHUNK_MIN;
 

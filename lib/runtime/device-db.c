@@ -138,6 +138,11 @@ void cv_tuning_for(const clvarlen_device_info *info, cv_tuning *t)
          * fused kernel's 788 ms (and 578 ms token by token); on an H100 standing in for a
          * GPU without tensor-core kernels it lost to both (docs/PERFORMANCE.md) */
         t->gdn_chunk_blas = 1;
+        /* AUTO: sequences of 512 tokens or more chunked, through CLBlast only (PoCL, 2
+         * cores, H 16, HV 32, K = V = 128, bf16, 1 to 8 sequences: chunked 3-7% faster
+         * than token by token at 512 tokens, 10-11% at 1024, 14% at 2048; at 256 from
+         * 1% faster to 8% slower; docs/PERFORMANCE.md) */
+        t->gdn_chunk_min = 512;
         t->attn_block_m = 16;
         t->attn_block_n = 32;
         t->attn_wg = 16;
@@ -148,6 +153,7 @@ void cv_tuning_for(const clvarlen_device_info *info, cv_tuning *t)
          * 16 lanes leave loops of K / 16 <= 16 iterations, which Mesa unrolls:
          * about 3 per token (docs/PORTABILITY.md says what stays limited). */
         if (cv_device_is_llvmpipe(info)) {
+            t->gdn_chunk_min = 0; /* not measured there: AUTO token by token */
             t->gdn_k_lanes = 16;
             t->gdn_wg = 256; /* 16 columns x 16 lanes */
         }

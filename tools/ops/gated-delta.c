@@ -389,13 +389,19 @@ static int bench_decode(clvarlen_context *dev, const ct_options *opt, double cop
     return rc;
 }
 
-/* Prefill: a gen_seq_lens batch, each sequence from its own slot. */
-static int bench_prefill(clvarlen_context *dev, const ct_options *opt, int32_t n_seqs,
-                         int64_t total, int H, int HV, int K, int V, clvarlen_gdn_algorithm alg)
+/* Prefill: a gen_seq_lens batch (fixed: n_seqs of total / n_seqs tokens each),
+ * each sequence from its own slot. */
+static int bench_prefill_batch(clvarlen_context *dev, const ct_options *opt, int32_t n_seqs,
+                               int64_t total, int fixed, int H, int HV, int K, int V,
+                               clvarlen_gdn_algorithm alg)
 {
     int32_t *lengths = malloc((size_t)n_seqs * sizeof(int32_t));
     int32_t *idx = malloc((size_t)n_seqs * sizeof(int32_t));
-    if (!lengths || !idx || clvarlen_gen_seq_lens(dev, 1, 1, n_seqs, total, lengths) != 0) {
+    if (lengths && fixed)
+        for (int32_t i = 0; i < n_seqs; i++)
+            lengths[i] = (int32_t)(total / n_seqs);
+    if (!lengths || !idx ||
+        (!fixed && clvarlen_gen_seq_lens(dev, 1, 1, n_seqs, total, lengths) != 0)) {
         free(lengths);
         free(idx);
         return -1;
@@ -434,6 +440,12 @@ static int bench_prefill(clvarlen_context *dev, const ct_options *opt, int32_t n
     return rc;
 }
 
+static int bench_prefill(clvarlen_context *dev, const ct_options *opt, int32_t n_seqs,
+                         int64_t total, int H, int HV, int K, int V, clvarlen_gdn_algorithm alg)
+{
+    return bench_prefill_batch(dev, opt, n_seqs, total, 0, H, HV, K, V, alg);
+}
+
 int bench_gdn(clvarlen_context *dev, const ct_options *opt, double copy_gbps)
 {
     clvarlen_device_info info;
@@ -446,7 +458,9 @@ int bench_gdn(clvarlen_context *dev, const ct_options *opt, double copy_gbps)
     /* a developer knob for A/B sweeps: CLVARLEN_BENCH_GDN=decode or =prefill
      * runs that part alone, =recurrent the token kernel's prefill batches;
      * =prefill:MASK the prefill batches whose bits are set (1: 16 / 16384,
-     * 2: 64 / 8192, 4: 4 / 32768, 8: 256 / 65536) */
+     * 2: 64 / 8192, 4: 4 / 32768, 8: 256 / 65536); =crossover two sequences of
+     * 256, 512, 1024 and 2048 tokens each, AUTO, token by token and chunked (AUTO's
+     * thresholds: lib/runtime/device-db.c) */
     const char *part = getenv("CLVARLEN_BENCH_GDN");
     const int decode = !part || !strcmp(part, "decode");
     const int prefill = !part || !strcmp(part, "prefill") || !strncmp(part, "prefill:", 8);
@@ -460,7 +474,11 @@ int bench_gdn(clvarlen_context *dev, const ct_options *opt, double copy_gbps)
         }
     }
     int rc = 0;
-    if (gpu_like && part && !strcmp(part, "recurrent")) {
+    if (part && !strcmp(part, "crossover")) {
+        for (int32_t L = 256; L <= 2048; L *= 2)
+            for (int alg = 0; alg < 3; alg++)
+                rc |= bench_prefill_batch(dev, opt, 2, 2 * (int64_t)L, 1, 16, 32, 128, 128, alg);
+    } else if (gpu_like && part && !strcmp(part, "recurrent")) {
         rc |= bench_prefill(dev, opt, 256, 1024, 16, 32, 128, 128, CLVARLEN_GDN_RECURRENT);
         rc |= bench_prefill(dev, opt, 64, 8192, 16, 32, 128, 128, CLVARLEN_GDN_RECURRENT);
         rc |= bench_prefill(dev, opt, 16, 16384, 16, 32, 128, 128, CLVARLEN_GDN_RECURRENT);
